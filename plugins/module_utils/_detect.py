@@ -1,0 +1,617 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Node facts, read under a root prefix: what k3s/rke2 will detect, and what it ignores.
+
+PRIVATE to the collection. Stdlib only, read-only, Python 3.8+: this runs on every node.
+The search mirrors k3s pkg/agent/containerd/runtimes.go release by release (see _distro).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import posixpath
+import re
+import stat
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+
+MAX_CONFIG_BYTES = 1024 * 1024  # a containerd template is a few KiB; refuse anything huge
+_SYMLINK_LIMIT = 40
+
+
+class NodeFS:
+    """Read-only view of a node's files under a root prefix, resolving symlinks inside root."""
+
+    def __init__(self, root):
+        self.root = os.path.abspath(root or "/")
+
+    def host_path(self, node_path, follow=True):
+        """The host path of a node path, with symlinks resolved within root (None if dangling/loop)."""
+        parts = [p for p in node_path.split("/") if p not in ("", ".")]
+        resolved = []
+        hops = 0
+        while parts:
+            part = parts.pop(0)
+            if part == "..":
+                if resolved:
+                    resolved.pop()
+                continue
+            candidate = resolved + [part]
+            host = os.path.join(self.root, *candidate)
+            is_last = not parts
+            try:
+                st = os.lstat(host)
+            except OSError:
+                # missing: the rest cannot exist either
+                return os.path.join(self.root, *(candidate + parts))
+            if stat.S_ISLNK(st.st_mode) and (follow or not is_last):
+                hops += 1
+                if hops > _SYMLINK_LIMIT:
+                    return None
+                target = os.readlink(host)
+                if target.startswith("/"):
+                    resolved = []
+                parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+                continue
+            resolved = candidate
+        return os.path.join(self.root, *resolved) if resolved else self.root
+
+    def stat(self, node_path):
+        host = self.host_path(node_path)
+        if host is None:
+            return None
+        try:
+            return os.stat(host)
+        except OSError:
+            return None
+
+    def lstat(self, node_path):
+        host = self.host_path(posixpath.dirname(node_path) or "/")
+        if host is None:
+            return None
+        try:
+            return os.lstat(os.path.join(host, posixpath.basename(node_path)))
+        except OSError:
+            return None
+
+    def is_file(self, node_path):
+        st = self.stat(node_path)
+        return st is not None and stat.S_ISREG(st.st_mode)
+
+    def is_dir(self, node_path):
+        st = self.stat(node_path)
+        return st is not None and stat.S_ISDIR(st.st_mode)
+
+    def listdir(self, node_path):
+        host = self.host_path(node_path)
+        try:
+            return sorted(os.listdir(host)) if host else []
+        except OSError:
+            return []
+
+    def read_bytes(self, node_path, limit=MAX_CONFIG_BYTES):
+        host = self.host_path(node_path)
+        if host is None:
+            return None
+        try:
+            with open(host, "rb") as handle:
+                return handle.read(limit + 1)
+        except (IOError, OSError):
+            return None
+
+    def read_text(self, node_path, limit=MAX_CONFIG_BYTES):
+        data = self.read_bytes(node_path, limit)
+        if data is None:
+            return None
+        return data.decode("utf-8", "replace")
+
+
+# --- k3s-faithful lookups --------------------------------------------------------------------------
+
+def _stat_era_find(fs, dirs, binary):
+    """fs.Stat per fixed dir: follows symlinks, skips directories, ignores the exec bit."""
+    for directory in dirs:
+        path = posixpath.join(directory, binary)
+        st = fs.stat(path)
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            return path
+    return None
+
+
+def _lookpath(fs, path_entries, binary):
+    """Go exec.LookPath as root: first PATH dir holding an executable non-directory wins.
+
+    The recorded path is dir + name, cleaned, symlinks not resolved. Relative entries (and the
+    empty entry, meaning ".") give exec.ErrDot in Go >= 1.19, which k3s treats as not found.
+    """
+    for directory in path_entries:
+        if not directory.startswith("/"):
+            continue
+        path = posixpath.normpath(posixpath.join(directory, binary))
+        st = fs.stat(path)
+        # root's faccessat(X_OK) succeeds on a non-directory when any execute bit is set
+        if st is not None and not stat.S_ISDIR(st.st_mode) and st.st_mode & 0o111:
+            return path
+    return None
+
+
+def k3s_search_path(profile, service_path):
+    """The PATH k3s searches in this release's lookpath era (list of dirs)."""
+    if profile["detection"] == "lookpath-fixed":
+        return list(distro.LOOKPATH_FIXED_PATH)
+    return list(distro.LOOKPATH_PREFIX) + service_path.split(":")
+
+
+def k3s_detected_runtimes(fs, profile, service_path):
+    """What this k3s/rke2 release will render itself: [{name, binary, runtime_type}] sorted by name."""
+    found = []
+    search_path = None if profile["detection"] == "stat" else k3s_search_path(profile, service_path)
+    for runtime in profile["detected_runtimes"]:
+        if search_path is None:
+            path = _stat_era_find(fs, distro.STAT_ERA_DIRS[runtime["group"]], runtime["binary"])
+        else:
+            path = _lookpath(fs, search_path, runtime["binary"])
+        if path:
+            found.append({"name": runtime["name"], "binary": path, "runtime_type": runtime["runtime_type"]})
+    return sorted(found, key=lambda item: item["name"])
+
+
+def available_nvidia_runtimes(fs, k3s_found, service_path, toolkit_dirs):
+    """Every NVIDIA runtime binary on the node, whether k3s looks for it or not.
+
+    A runtime k3s detects keeps k3s's path; the others are searched in the GPU Operator dir,
+    the user's toolkit dirs, then the service PATH, with LookPath rules.
+    """
+    by_name = dict((item["name"], item) for item in k3s_found)
+    search = [distro.GPU_OPERATOR_TOOLKIT_DIR] + list(toolkit_dirs) + service_path.split(":")
+    result = []
+    for name, binary in distro.NVIDIA_RUNTIMES:
+        if name in by_name:
+            result.append({"name": name, "binary": by_name[name]["binary"], "source": "k3s",
+                           "runtime_type": distro.RUNC_V2})
+            continue
+        path = _lookpath(fs, search, binary)
+        if path:
+            result.append({"name": name, "binary": path, "source": _source_of(path, toolkit_dirs),
+                           "runtime_type": distro.RUNC_V2})
+    return result
+
+
+def _source_of(path, toolkit_dirs):
+    directory = posixpath.dirname(path)
+    if directory == distro.GPU_OPERATOR_TOOLKIT_DIR:
+        return "gpu-operator"
+    if directory in toolkit_dirs:
+        return "toolkit_dirs"
+    return "path"
+
+
+# --- service environment ---------------------------------------------------------------------------
+
+_ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
+_VAR_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _unquote(value):
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return value[1:-1]
+    return value
+
+
+def _expand(value, env):
+    return _VAR_REF.sub(lambda m: env.get(m.group(1) or m.group(2), ""), value)
+
+
+def parse_env_file(text, env):
+    """systemd EnvironmentFile= semantics we rely on: KEY=VALUE, quotes, comments, $VAR expansion."""
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith(("#", ";")):
+            continue
+        match = _ENV_LINE.match(line)
+        if match:
+            env[match.group(1)] = _expand(_unquote(match.group(2)), env)
+
+
+def _unit_directives(fs, unit, unit_dirs):
+    """(unit file path, [(directive, value)]) of a unit plus its drop-ins, in systemd's order."""
+    unit_file = None
+    for directory in unit_dirs:
+        candidate = "%s/%s.service" % (directory, unit)
+        if fs.is_file(candidate):
+            unit_file = candidate
+            break
+    if unit_file is None:
+        return None, []
+    files = [unit_file]
+    dropins = {}
+    for directory in unit_dirs:
+        dropin_dir = "%s/%s.service.d" % (directory, unit)
+        for name in fs.listdir(dropin_dir):
+            if name.endswith(".conf") and name not in dropins:
+                dropins[name] = dropin_dir + "/" + name
+    files.extend(dropins[name] for name in sorted(dropins))
+    directives = []
+    for path in files:
+        section = None
+        for line in (fs.read_text(path) or "").splitlines():
+            line = line.strip()
+            if line.startswith("["):
+                section = line
+            elif section == "[Service]" and "=" in line and not line.startswith(("#", ";")):
+                key, value = line.split("=", 1)
+                directives.append((key.strip(), value.strip()))
+    return unit_file, directives
+
+
+def service_environment(fs, distribution, unit):
+    """PATH (and env) the k3s/rke2 service runs with, from its unit, drop-ins and env files."""
+    spec = distro.DISTRIBUTION_PATHS[distribution]
+    env = {"PATH": distro.SYSTEMD_DEFAULT_PATH}
+    unit_file, directives = _unit_directives(fs, unit, spec["unit_dirs"])
+    sources = []
+    if unit_file is None:
+        # no unit here (image build, sandbox): the env files k3s/rke2 installers use
+        directives = [("EnvironmentFile", "-" + p.format(unit=unit)) for p in spec["env_files"]]
+    for key, value in directives:
+        if key == "Environment":
+            for assignment in _split_environment(value):
+                name, _sep, val = assignment.partition("=")
+                env[name] = val
+        elif key == "EnvironmentFile":
+            path = value.lstrip("-").replace("%N", unit).replace("%n", unit + ".service")
+            text = fs.read_text(path)
+            if text is not None:
+                sources.append(path)
+                parse_env_file(text, env)
+    return {"unit_file": unit_file, "env_files": sources, "path": env["PATH"],
+            "invocation_env_keys": sorted(env)}
+
+
+def _split_environment(value):
+    out = []
+    for token in re.findall(r'"[^"]*"|\'[^\']*\'|\S+', value):
+        token = _unquote(token)
+        if "=" in token:
+            out.append(token)
+    return out
+
+
+# --- distribution and release ---------------------------------------------------------------------
+
+def find_units(fs, distribution):
+    spec = distro.DISTRIBUTION_PATHS[distribution]
+    units = []
+    for unit in spec["units"]:
+        for directory in spec["unit_dirs"]:
+            if fs.is_file("%s/%s.service" % (directory, unit)):
+                units.append(unit)
+                break
+    return units
+
+
+def find_binary(fs, distribution):
+    for path in distro.DISTRIBUTION_PATHS[distribution]["binaries"]:
+        if fs.is_file(path):
+            return path
+    return None
+
+
+def guess_distribution(fs, data_dir=None):
+    """k3s, rke2 or containerd, from binaries, units and data dirs; None if nothing is there."""
+    found = []
+    for distribution in (distro.K3S, distro.RKE2):
+        paths = distro.distribution_paths(distribution, data_dir if data_dir else None)
+        if (find_binary(fs, distribution) or find_units(fs, distribution)
+                or fs.is_dir(paths["data_dir"] + "/agent")):
+            found.append(distribution)
+    if len(found) == 1:
+        return found[0], found
+    if found:
+        return None, found
+    if find_binary(fs, distro.CONTAINERD) or fs.is_file(distro.DISTRIBUTION_PATHS[distro.CONTAINERD]["config"]):
+        return distro.CONTAINERD, [distro.CONTAINERD]
+    return None, []
+
+
+_VERSION_OUTPUT = {
+    distro.K3S: re.compile(r"k3s version (v\S+)"),
+    distro.RKE2: re.compile(r"rke2 version (v\S+)"),
+    distro.CONTAINERD: re.compile(r"containerd\s+\S+\s+v?(\d+\.\d+\.\d+\S*)"),
+}
+
+
+def parse_version_output(distribution, output):
+    match = _VERSION_OUTPUT[distribution].search(output or "")
+    return match.group(1) if match else None
+
+
+# --- YAML scalars from config.yaml (no YAML library on nodes) -------------------------------------
+
+def yaml_top_level_scalar(text, key):
+    """Value of a top-level `key: value` scalar in a simple YAML file, else None."""
+    pattern = re.compile(r"^%s\s*:\s*(.*?)\s*$" % re.escape(key))
+    value = None
+    for line in text.splitlines():
+        match = pattern.match(line)
+        if match:
+            raw = match.group(1)
+            if raw.startswith(("'", '"')):
+                raw = _unquote(raw)
+            else:
+                raw = raw.split(" #", 1)[0].strip()
+            value = raw
+    return value
+
+
+def k3s_config_value(fs, paths, key):
+    """A config.yaml key as k3s sees it: config.yaml, then config.yaml.d/*.yaml in order, last wins."""
+    value, source = None, None
+    files = [paths["config_yaml"]] + [
+        paths["config_yaml_d"] + "/" + name
+        for name in fs.listdir(paths["config_yaml_d"]) if name.endswith((".yaml", ".yml"))]
+    for path in files:
+        text = fs.read_text(path)
+        if text is None:
+            continue
+        found = yaml_top_level_scalar(text, key)
+        if found is not None:
+            value, source = found, path
+    return value, source
+
+
+# --- hardware, driver, CDI, toolkit, operator -------------------------------------------------------
+
+_DRIVER_RE = re.compile(r"NVRM version:.*?Kernel Module(?:\s+for\s+\S+)?\s+(\d+(?:\.\d+)+)")
+
+
+def driver_facts(fs):
+    text = fs.read_text("/proc/driver/nvidia/version", 65536)
+    devices = ["/dev/" + name for name in fs.listdir("/dev") if name.startswith("nvidia")]
+    gpus = [name for name in fs.listdir("/proc/driver/nvidia/gpus")]
+    if not gpus:
+        gpus = [d for d in devices if re.match(r"^/dev/nvidia\d+$", d)]
+    facts = {"loaded": text is not None, "version": None, "open_kernel_module": None,
+             "devices": devices, "gpu_count": len(gpus)}
+    if text:
+        match = _DRIVER_RE.search(text)
+        facts["version"] = match.group(1) if match else None
+        facts["open_kernel_module"] = "Open Kernel Module" in text
+    return facts
+
+
+CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+
+
+def cdi_facts(fs):
+    specs = []
+    for directory in CDI_DIRS:
+        for name in fs.listdir(directory):
+            if not name.endswith((".yaml", ".yml", ".json")):
+                continue
+            path = directory + "/" + name
+            text = fs.read_text(path, 4 * MAX_CONFIG_BYTES)
+            if text is None:
+                continue
+            specs.append(_cdi_spec_summary(path, text))
+    return {"spec_dirs": list(CDI_DIRS), "specs": specs,
+            "nvidia_devices": sorted(set(d for s in specs if s["kind"] == "nvidia.com/gpu" for d in s["devices"]))}
+
+
+def _cdi_spec_summary(path, text):
+    kind, version, devices = None, None, []
+    if path.endswith(".json"):
+        try:
+            data = json.loads(text)
+            kind, version = data.get("kind"), data.get("cdiVersion")
+            devices = [d.get("name") for d in data.get("devices", []) if isinstance(d, dict)]
+        except (ValueError, AttributeError):
+            pass
+    else:
+        kind = yaml_top_level_scalar(text, "kind")
+        version = yaml_top_level_scalar(text, "cdiVersion")
+        in_devices = False
+        for line in text.splitlines():
+            if re.match(r"^\S", line):
+                in_devices = bool(re.match(r"^devices\s*:", line))
+                continue
+            match = re.match(r"^\s*-\s+name\s*:\s*['\"]?([^'\"\s]+)", line) if in_devices else None
+            if match:
+                devices.append(match.group(1))
+    return {"path": path, "kind": kind, "cdi_version": version, "devices": devices}
+
+
+def dpkg_version(fs, package):
+    text = fs.read_text("/var/lib/dpkg/status", 64 * MAX_CONFIG_BYTES)
+    if not text:
+        return None
+    for block in text.split("\n\n"):
+        if re.search(r"^Package: %s$" % re.escape(package), block, re.M) and \
+                re.search(r"^Status: .* installed$", block, re.M):
+            match = re.search(r"^Version: (\S+)$", block, re.M)
+            return match.group(1) if match else None
+    return None
+
+
+_CTK_VERSION = re.compile(r"version\s+(\d+\.\d+\.\d+\S*)")
+
+
+def toolkit_facts(fs, run_command, root_is_host):
+    version, source = dpkg_version(fs, "nvidia-container-toolkit-base") or dpkg_version(fs, "nvidia-container-toolkit"), "dpkg"
+    ctk = None
+    for directory in (distro.GPU_OPERATOR_TOOLKIT_DIR, "/usr/bin", "/usr/local/bin"):
+        if fs.is_file(directory + "/nvidia-ctk"):
+            ctk = directory + "/nvidia-ctk"
+            break
+    if version is None and ctk and root_is_host and run_command:
+        rc, out, _err = run_command([ctk, "--version"])
+        match = _CTK_VERSION.search(out or "") if rc == 0 else None
+        version, source = (match.group(1), "nvidia-ctk") if match else (None, None)
+    if version is None:
+        source = None
+    return {"version": version, "version_source": source, "nvidia_ctk": ctk}
+
+
+def operator_facts(fs):
+    toolkit_dir = distro.GPU_OPERATOR_TOOLKIT_DIR
+    present = fs.is_dir(toolkit_dir)
+    binaries = [name for name in fs.listdir(toolkit_dir) if name.startswith("nvidia-container-runtime")] if present else []
+    return {
+        "toolkit_dir": toolkit_dir,
+        "present": present and bool(binaries),
+        "runtime_binaries": binaries,
+        "driver_container": fs.is_dir("/run/nvidia/driver/usr"),
+    }
+
+
+# --- files the plan reads -----------------------------------------------------------------------
+
+def file_facts(fs, path, include_content):
+    """Type, mode and (optionally) text of one node file; never follows the final symlink."""
+    lst = fs.lstat(path)
+    if lst is None:
+        return {"path": path, "state": "absent", "parent_exists": fs.is_dir(posixpath.dirname(path))}
+    if stat.S_ISLNK(lst.st_mode):
+        return {"path": path, "state": "link"}
+    if stat.S_ISDIR(lst.st_mode):
+        return {"path": path, "state": "directory"}
+    if not stat.S_ISREG(lst.st_mode):
+        return {"path": path, "state": "other"}
+    facts = {"path": path, "state": "file", "size": lst.st_size, "mode": "%04o" % stat.S_IMODE(lst.st_mode),
+             "uid": lst.st_uid, "gid": lst.st_gid}
+    if lst.st_size > MAX_CONFIG_BYTES:
+        facts["error"] = "too_large"
+        return facts
+    data = fs.read_bytes(path)
+    if data is None:
+        facts["error"] = "unreadable"
+        return facts
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        facts["error"] = "not_utf8"
+        facts["error_line"] = data[:exc.start].count(b"\n") + 1
+        return facts
+    facts["version_line"] = _toml_version(text)
+    if include_content:
+        facts["content"] = text
+    return facts
+
+
+_VERSION_KEY = re.compile(r"^\s*version\s*=\s*(\d+)\s*(?:#.*)?$", re.M)
+
+
+def _toml_version(text):
+    match = _VERSION_KEY.search(text)
+    return int(match.group(1)) if match else None
+
+
+def systemd_running(fs):
+    return fs.is_dir("/run/systemd/system")
+
+
+def binary_facts(fs, path):
+    """How a runtime binary a user named looks on the node."""
+    if not path.startswith("/"):
+        return {"path": path, "state": "relative"}
+    st = fs.stat(path)
+    if st is None:
+        lst = fs.lstat(path)
+        return {"path": path, "state": "dangling" if lst is not None else "absent"}
+    if stat.S_ISDIR(st.st_mode):
+        return {"path": path, "state": "directory"}
+    return {"path": path, "state": "file", "executable": bool(st.st_mode & 0o111)}
+
+
+# --- everything, in one read-only pass ---------------------------------------------------------
+
+class DetectError(ValueError):
+    """Facts that cannot be gathered as asked (unknown distribution or release)."""
+
+
+def _release_of(fs, distribution, release, run_command, root_is_host):
+    if release:
+        return release, "option"
+    binary = find_binary(fs, distribution)
+    if binary is None:
+        raise DetectError("no %s binary found (looked for %s); pass release= (for example %s)" % (
+            distribution, ", ".join(distro.DISTRIBUTION_PATHS[distribution]["binaries"]),
+            "v1.33.10+k3s1" if distribution == distro.K3S else
+            "v1.33.10+rke2r1" if distribution == distro.RKE2 else "2.1.4"))
+    if not root_is_host or run_command is None:
+        raise DetectError("root is not /, so the %s binary is not run to ask its version; pass release=" % distribution)
+    rc, out, err = run_command([binary, "--version"])
+    version = parse_version_output(distribution, out) if rc == 0 else None
+    if not version:
+        raise DetectError("`%s --version` did not report a version (rc=%s: %s); pass release=" % (
+            binary, rc, (err or out or "").strip()[:200]))
+    return version, binary
+
+
+def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_dirs=(), binaries=(),
+           path=None, run_command=None):
+    """All node facts the engine needs. Raises DetectError or distro.ReleaseError."""
+    fs = NodeFS(root)
+    root_is_host = fs.root == "/"
+    if distribution == "auto":
+        distribution, found = guess_distribution(fs, data_dir)
+        if distribution is None:
+            if found:
+                raise DetectError("both %s are installed under %s; set distribution" % (" and ".join(found), fs.root))
+            raise DetectError("neither k3s, rke2 nor containerd was found under %s; set distribution and release" % fs.root)
+    release, release_source = _release_of(fs, distribution, release, run_command, root_is_host)
+    profile = distro.profile(distribution, release)
+    paths = distro.distribution_paths(distribution, data_dir)
+    facts = {"distribution": distribution, "release": profile["release"], "release_source": release_source,
+             "root": fs.root, "profile": profile, "paths": paths, "known_bad_release": profile["known_bad"]}
+    if distribution == distro.CONTAINERD:
+        units = find_units(fs, distribution)
+        service = {"unit_file": None, "env_files": [], "path": distro.SYSTEMD_DEFAULT_PATH}
+        facts["files"] = {"config": file_facts(fs, paths["config"], True),
+                          "dropin": file_facts(fs, paths["dropin"], True)}
+        facts["release_runtimes"] = []
+        facts["default_runtime"] = {"value": None, "source": None}
+    else:
+        units = find_units(fs, distribution)
+        service = service_environment(fs, distribution, units[0] if units else distro.DISTRIBUTION_PATHS[distribution]["units"][0])
+        if data_dir is None:
+            configured, _source = k3s_config_value(fs, paths, "data-dir")
+            if configured:
+                paths = distro.distribution_paths(distribution, configured)
+                facts["paths"] = paths
+        facts["files"] = dict((key, file_facts(fs, paths[key], True)) for key in (
+            "template_v3", "template_v2", "dropin_v3", "dropin_v2", "default_runtime_file"))
+        facts["files"]["generated_config"] = file_facts(fs, paths["config"], False)
+        facts["release_runtimes"] = k3s_detected_runtimes(fs, profile, service["path"])
+        value, source = k3s_config_value(fs, paths, "default-runtime")
+        facts["default_runtime"] = {"value": value, "source": source}
+    if path:
+        facts["files"]["override"] = file_facts(fs, path, True)
+    facts["units"] = units
+    facts["service"] = service
+    facts["runtimes"] = available_nvidia_runtimes(fs, [r for r in facts["release_runtimes"] if r["name"].startswith("nvidia")],
+                                                  service["path"], list(toolkit_dirs))
+    facts["binaries"] = dict((b, binary_facts(fs, b)) for b in binaries)
+    facts["systemd"] = systemd_running(fs)
+    # k3s gives SystemdCgroup = true to its runtimes when systemd runs it (kubelet cgroup driver)
+    facts["systemd_cgroup"] = facts["systemd"]
+    facts["driver"] = driver_facts(fs)
+    facts["cdi"] = cdi_facts(fs)
+    facts["toolkit"] = toolkit_facts(fs, run_command, root_is_host)
+    facts["gpu_operator"] = operator_facts(fs)
+    return facts
+
+
+def strip_content(facts):
+    """The facts without file texts (what runtime_info returns unless asked for them)."""
+    files = {}
+    for key, info in facts["files"].items():
+        files[key] = dict((k, v) for k, v in info.items() if k != "content")
+    result = dict(facts)
+    result["files"] = files
+    return result

@@ -1,0 +1,445 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""k3s / rke2 / plain containerd flavours: versions, paths and the one feature table.
+
+PRIVATE to the collection. Stdlib only: this file runs on every node (Python 3.8+).
+
+Every version rule of the collection lives in FEATURES below, as data. The facts and their
+sources (k3s PR and commit numbers) are recorded in docs/release-facts.md.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+K3S = "k3s"
+RKE2 = "rke2"
+CONTAINERD = "containerd"
+DISTRIBUTIONS = (K3S, RKE2, CONTAINERD)
+
+# Release lines this collection knows, oldest first. Anything outside is refused, not guessed.
+KNOWN_LINES = ("1.28", "1.29", "1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
+KNOWN_CONTAINERD_LINES = ("1.6", "1.7", "2.0", "2.1", "2.2", "2.3")
+
+ALL = "all"  # the feature is in every release of that line
+NEVER = None  # the feature is in no release of that line
+
+# feature -> {"*": default per line, "<line>": first release on that line, ...};
+# a "rke2" key overrides per line for rke2 (rke2 links k3s's agent code; its rows come from
+# the k3s commit pinned in each rke2 tag's go.mod). Sources: docs/release-facts.md.
+FEATURES = {
+    # `{{ template "base" . }}` available in config.toml.tmpl (k3s #7991)
+    "base_template": {"*": ALL, "1.28": "v1.28.1"},
+    # SystemdCgroup written into the extra runtime blocks (k3s #8470)
+    "extra_runtime_systemd_cgroup": {"*": ALL, "1.28": "v1.28.3"},
+    # wasm shim detection (#8751), crun detection + --default-runtime + RuntimeClass manifest (#8936)
+    "wasm_shims": {"*": ALL, "1.28": "v1.28.4"},
+    "crun": {"*": ALL, "1.28": "v1.28.5"},
+    "default_runtime": {"*": ALL, "1.28": "v1.28.5"},
+    # crun also searched in /usr/local/{bin,sbin} (#9086) during the stat era
+    "crun_local_dirs": {"*": ALL, "1.28": "v1.28.6", "1.29": "v1.29.1"},
+    # exec.LookPath over a fixed PATH instead of fs.Stat per dir (#9311, #9431)
+    "lookpath": {"*": ALL, "1.28": "v1.28.7", "1.29": "v1.29.2"},
+    # correct wasm runtime types io.containerd.<name>.v1 (#9519)
+    "wasm_v1_types": {"*": ALL, "1.28": "v1.28.8", "1.29": "v1.29.3"},
+    # the service's own $PATH appended to the search (#10953 and backports)
+    "service_path": {
+        "*": ALL, "1.28": "v1.28.15", "1.29": "v1.29.10", "1.30": "v1.30.6", "1.31": "v1.31.2",
+        "rke2": {"1.31": "v1.31.1+rke2r2"},
+    },
+    # nvidia-cdi runtime (#11065 and backports)
+    "nvidia_cdi": {
+        "*": ALL, "1.28": "v1.28.15", "1.29": "v1.29.10", "1.30": "v1.30.6", "1.31": "v1.31.2",
+        "rke2": {"1.31": "v1.31.1+rke2r2"},
+    },
+    # --nonroot-devices (#11200)
+    "nonroot_devices": {"*": ALL, "1.28": NEVER, "1.29": "v1.29.11", "1.30": "v1.30.7", "1.31": "v1.31.3"},
+    # containerd 2.x, config-v3.toml.tmpl, `version = 3` (#11626)
+    "containerd_2_0": {"*": ALL, "1.28": NEVER, "1.29": NEVER, "1.30": NEVER, "1.31": "v1.31.6", "1.32": "v1.32.2"},
+    "containerd_2_1": {
+        "*": ALL, "1.28": NEVER, "1.29": NEVER, "1.30": NEVER,
+        "1.31": "v1.31.13", "1.32": "v1.32.9", "1.33": "v1.33.5", "1.34": "v1.34.1",
+    },
+    "containerd_2_2": {
+        "*": ALL, "1.28": NEVER, "1.29": NEVER, "1.30": NEVER, "1.31": NEVER, "1.32": NEVER,
+        "1.33": "v1.33.10", "1.34": "v1.34.6", "1.35": "v1.35.3",
+    },
+    "containerd_2_3": {
+        "*": NEVER, "1.36": ALL,
+        "rke2": {"1.36": "v1.36.2"},
+    },
+    # base templates `imports` config-v3.toml.d/*.toml (and config.toml.d) (#13680); 1.32 unknown,
+    # so treated as absent (the template path works there too).
+    "dropin_imports": {
+        "*": ALL, "1.28": NEVER, "1.29": NEVER, "1.30": NEVER, "1.31": NEVER, "1.32": NEVER,
+        "1.33": "v1.33.10", "1.34": "v1.34.6", "1.35": "v1.35.3",
+    },
+    # RuntimeClass objects shipped by the distribution: k3s manifests/runtimes.yaml (#8936);
+    # rke2 chart rke2-runtimeclasses (rancher/rke2 #7382)
+    "runtimeclasses": {
+        "*": ALL, "1.28": "v1.28.5",
+        "rke2": {"1.28": NEVER, "1.29": "v1.29.13", "1.30": "v1.30.9", "1.31": "v1.31.5", "1.32": "v1.32.1"},
+    },
+}
+
+# Releases known to break with a feature this collection relies on: (distribution, release, why).
+KNOWN_BAD_RELEASES = (
+    (K3S, "v1.28.3+k3s1", "its template fails to render when an NVIDIA runtime is detected "
+     "(k3s #8761), so k3s does not start; v1.28.3+k3s2 fixed it"),
+)
+
+# Plain containerd, by containerd line.
+CONTAINERD_FEATURES = {
+    # CRI CDI support (enable_cdi) exists from 1.7; default on from 2.0 (containerd #9621)
+    "cdi": {"1.6": False, "*": True},
+    "cdi_default_on": {"1.6": False, "1.7": False, "*": True},
+    # imported files merge plugin tables deeply only from 2.1; before, a plugin table in a
+    # drop-in replaces the whole table of the main file
+    "dropin_deep_merge": {"1.6": False, "1.7": False, "2.0": False, "*": True},
+}
+
+# --- runtimes k3s detects --------------------------------------------------------------------
+
+RUNC_V2 = "io.containerd.runc.v2"
+
+# name -> (binary looked up, runtime_type, feature that gates it, group)
+K3S_RUNTIMES = (
+    ("crun", "crun", RUNC_V2, "crun", "crun"),
+    ("nvidia", "nvidia-container-runtime", RUNC_V2, None, "nvidia"),
+    ("nvidia-experimental", "nvidia-container-runtime-experimental", RUNC_V2, None, "nvidia"),
+    ("nvidia-cdi", "nvidia-container-runtime.cdi", RUNC_V2, "nvidia_cdi", "nvidia"),
+    ("lunatic", "containerd-shim-lunatic-v1", "io.containerd.lunatic.v1", "wasm_shims", "wasm"),
+    ("slight", "containerd-shim-slight-v1", "io.containerd.slight.v1", "wasm_shims", "wasm"),
+    ("spin", "containerd-shim-spin-v2", "io.containerd.spin.v2", "wasm_shims", "wasm"),
+    ("wws", "containerd-shim-wws-v1", "io.containerd.wws.v1", "wasm_shims", "wasm"),
+    ("wasmedge", "containerd-shim-wasmedge-v1", "io.containerd.wasmedge.v1", "wasm_shims", "wasm"),
+    ("wasmer", "containerd-shim-wasmer-v1", "io.containerd.wasmer.v1", "wasm_shims", "wasm"),
+    ("wasmtime", "containerd-shim-wasmtime-v1", "io.containerd.wasmtime.v1", "wasm_shims", "wasm"),
+)
+
+# The NVIDIA runtimes this collection manages: name -> binary. k3s ignores `.legacy`.
+NVIDIA_RUNTIMES = (
+    ("nvidia", "nvidia-container-runtime"),
+    ("nvidia-cdi", "nvidia-container-runtime.cdi"),
+    ("nvidia-legacy", "nvidia-container-runtime.legacy"),
+    ("nvidia-experimental", "nvidia-container-runtime-experimental"),
+)
+
+GPU_OPERATOR_TOOLKIT_DIR = "/usr/local/nvidia/toolkit"
+KWASM_DIR = "/opt/kwasm/bin"
+
+# Stat era (before the LookPath refactor): fixed directories per runtime group, first match wins.
+STAT_ERA_DIRS = {
+    "nvidia": (GPU_OPERATOR_TOOLKIT_DIR, "/usr/bin"),
+    "crun": ("/usr/sbin", "/usr/bin"),
+    "crun_local": ("/usr/sbin", "/usr/bin", "/usr/local/bin", "/usr/local/sbin"),
+    "wasm": (KWASM_DIR, "/usr/bin", "/usr/sbin"),
+}
+# LookPath era: PATH replaced by this fixed list (#9311), later prefixed to the service PATH.
+LOOKPATH_FIXED_PATH = (GPU_OPERATOR_TOOLKIT_DIR, KWASM_DIR, "/usr/sbin", "/usr/local/sbin", "/usr/bin", "/usr/local/bin")
+LOOKPATH_PREFIX = (GPU_OPERATOR_TOOLKIT_DIR, KWASM_DIR)
+# systemd's default PATH for services when no env file sets one.
+SYSTEMD_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+SHIPPED_RUNTIMECLASSES = {
+    K3S: ("nvidia", "nvidia-experimental", "crun", "lunatic", "slight", "spin", "wws", "wasmedge", "wasmer", "wasmtime"),
+    RKE2: ("nvidia", "nvidia-experimental", "crun"),
+}
+
+# --- TOML table paths per schema ---------------------------------------------------------------
+
+CRI_RUNTIME_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+
+
+def cri_table(schema):
+    """Key path of the table holding enable_cdi for a schema."""
+    return ("plugins", CRI_RUNTIME_PLUGIN[schema])
+
+
+def containerd_table(schema):
+    """Key path of the table holding default_runtime_name and runtimes."""
+    return cri_table(schema) + ("containerd",)
+
+
+def runtime_table(schema, name):
+    return containerd_table(schema) + ("runtimes", name)
+
+
+# Tables the k3s base template always emits, per schema (k3s pkg/agent/templates), as key paths.
+BASE_TABLES_ALWAYS = {
+    2: (
+        ("plugins", "io.containerd.internal.v1.opt"),
+        ("plugins", "io.containerd.grpc.v1.cri"),
+        ("plugins", "io.containerd.grpc.v1.cri", "containerd"),
+        ("plugins", "io.containerd.grpc.v1.cri", "cni"),
+        ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc"),
+        ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc", "options"),
+        ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runhcs-wcow-process"),
+        ("plugins", "io.containerd.grpc.v1.cri", "registry"),
+    ),
+    3: (
+        ("grpc",),
+        ("plugins", "io.containerd.internal.v1.opt"),
+        ("plugins", "io.containerd.grpc.v1.cri"),
+        ("plugins", "io.containerd.cri.v1.runtime"),
+        ("plugins", "io.containerd.cri.v1.images"),
+        ("plugins", "io.containerd.cri.v1.images", "pinned_images"),
+        ("plugins", "io.containerd.cri.v1.runtime", "cni"),
+        ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "runc"),
+        ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "runc", "options"),
+        ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "runhcs-wcow-process"),
+        ("plugins", "io.containerd.cri.v1.images", "registry"),
+    ),
+}
+# Emitted by the v3 base only when --default-runtime / default-runtime is set.
+BASE_TABLES_WITH_DEFAULT_RUNTIME = {
+    2: (),
+    3: (("plugins", "io.containerd.cri.v1.runtime", "containerd"),),
+}
+
+# Options of the runc v2 shim (containerd runc.v2 Options); a key outside is almost surely a typo
+# that containerd would keep silently while the pod runs on plain runc.
+RUNC_OPTION_KEYS = (
+    "BinaryName", "CriuImagePath", "CriuPath", "CriuWorkPath", "IoGid", "IoUid", "NoNewKeyring",
+    "NoPivotRoot", "Root", "ShimCgroup", "SystemdCgroup", "TaskApiAddress", "TaskApiVersion",
+)
+
+
+# --- paths ---------------------------------------------------------------------------------------
+
+DISTRIBUTION_PATHS = {
+    K3S: {
+        "data_dir": "/var/lib/rancher/k3s",
+        "config_dir": "/etc/rancher/k3s",
+        "binaries": ("/usr/local/bin/k3s", "/usr/bin/k3s", "/opt/bin/k3s"),
+        "units": ("k3s", "k3s-agent"),
+        "unit_dirs": ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"),
+        "env_files": ("/etc/default/{unit}", "/etc/sysconfig/{unit}", "/etc/systemd/system/{unit}.service.env"),
+    },
+    RKE2: {
+        "data_dir": "/var/lib/rancher/rke2",
+        "config_dir": "/etc/rancher/rke2",
+        "binaries": ("/usr/local/bin/rke2", "/usr/bin/rke2", "/opt/rke2/bin/rke2"),
+        "units": ("rke2-server", "rke2-agent"),
+        "unit_dirs": ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"),
+        "env_files": ("/etc/default/{unit}", "/etc/sysconfig/{unit}", "/usr/local/lib/systemd/system/{unit}.env"),
+    },
+    CONTAINERD: {
+        "config": "/etc/containerd/config.toml",
+        "dropin_dir": "/etc/containerd/conf.d",
+        "binaries": ("/usr/bin/containerd", "/usr/local/bin/containerd", "/usr/sbin/containerd"),
+        "units": ("containerd",),
+        "unit_dirs": ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"),
+        "env_files": (),
+    },
+}
+
+MANAGED_FILE_STEM = "50-k3s-gpu-nvidia"
+TEMPLATE_V3 = "config-v3.toml.tmpl"
+TEMPLATE_V2 = "config.toml.tmpl"
+DROPIN_DIRS = {3: "config-v3.toml.d", 2: "config.toml.d"}
+
+
+def distribution_paths(distribution, data_dir=None):
+    """Every path that matters for a distribution, as absolute node paths."""
+    spec = DISTRIBUTION_PATHS[distribution]
+    if distribution == CONTAINERD:
+        return {
+            "config": spec["config"],
+            "dropin_dir": spec["dropin_dir"],
+            "dropin": "%s/%s.toml" % (spec["dropin_dir"], MANAGED_FILE_STEM),
+        }
+    data_dir = (data_dir or spec["data_dir"]).rstrip("/") or "/"
+    containerd_dir = data_dir + "/agent/etc/containerd"
+    return {
+        "data_dir": data_dir,
+        "containerd_dir": containerd_dir,
+        "config": containerd_dir + "/config.toml",
+        "template_v3": containerd_dir + "/" + TEMPLATE_V3,
+        "template_v2": containerd_dir + "/" + TEMPLATE_V2,
+        "dropin_dir_v3": containerd_dir + "/" + DROPIN_DIRS[3],
+        "dropin_dir_v2": containerd_dir + "/" + DROPIN_DIRS[2],
+        "dropin_v3": "%s/%s/%s.toml" % (containerd_dir, DROPIN_DIRS[3], MANAGED_FILE_STEM),
+        "dropin_v2": "%s/%s/%s.toml" % (containerd_dir, DROPIN_DIRS[2], MANAGED_FILE_STEM),
+        "manifests_dir": data_dir + "/server/manifests",
+        "config_yaml": spec["config_dir"] + "/config.yaml",
+        "config_yaml_d": spec["config_dir"] + "/config.yaml.d",
+        "default_runtime_file": "%s/config.yaml.d/%s.yaml" % (spec["config_dir"], MANAGED_FILE_STEM),
+    }
+
+
+# --- versions ------------------------------------------------------------------------------------
+
+class ReleaseError(ValueError):
+    """A release string this collection cannot or will not interpret."""
+
+
+_RELEASE_RE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-(?:rc|alpha|beta)\d*)?(?:\+(k3s|rke2r)(\d+))?$")
+_CONTAINERD_RE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
+
+
+class Release:
+    """A k3s/rke2 release such as v1.31.6+k3s1, comparable with feature thresholds."""
+
+    def __init__(self, distribution, text):
+        match = _RELEASE_RE.match(text.strip())
+        if not match:
+            raise ReleaseError(
+                "release %r is not a %s version; expected the form v1.31.6+%s1" % (
+                    text, distribution, "k3s" if distribution == K3S else "rke2r"))
+        major, minor, patch, suffix, revision = match.groups()
+        expected_suffix = "k3s" if distribution == K3S else "rke2r"
+        if suffix and suffix != expected_suffix:
+            raise ReleaseError("release %r is a %s release, but distribution is %s" % (
+                text, "k3s" if suffix == "k3s" else "rke2", distribution))
+        self.distribution = distribution
+        self.text = text.strip()
+        self.key = (int(major), int(minor), int(patch), int(revision or 0))
+        self.line = "%s.%s" % (major, minor)
+
+    def at_least(self, threshold):
+        other = _RELEASE_RE.match(threshold)
+        major, minor, patch, _suffix, revision = other.groups()
+        return self.key >= (int(major), int(minor), int(patch), int(revision or 0))
+
+    def __str__(self):
+        return self.text
+
+
+def _threshold(feature_row, distribution, line):
+    override = feature_row.get(distribution, {})
+    if line in override:
+        return override[line]
+    if line in feature_row:
+        return feature_row[line]
+    return feature_row["*"]
+
+
+def has_feature(release, feature):
+    threshold = _threshold(FEATURES[feature], release.distribution, release.line)
+    if threshold is ALL:
+        return True
+    if threshold is NEVER:
+        return False
+    return release.at_least(threshold)
+
+
+def parse_release(distribution, text):
+    """Parse and check a k3s/rke2 release; unknown or too-old lines are refused."""
+    release = Release(distribution, text)
+    if release.line not in KNOWN_LINES:
+        oldest, newest = KNOWN_LINES[0], KNOWN_LINES[-1]
+        if release.key[:2] < tuple(int(x) for x in oldest.split(".")):
+            raise ReleaseError(
+                "%s %s is older than the oldest release line this collection supports (%s); "
+                "upgrade the node to %s or newer" % (distribution, text, oldest, oldest))
+        raise ReleaseError(
+            "%s %s belongs to release line %s, which this collection does not know yet (it knows "
+            "%s to %s); its containerd template and runtime detection may differ, so nothing is "
+            "guessed. Upgrade the collection, or pass release= with the closest known release "
+            "if you have checked that it behaves the same" % (distribution, text, release.line, oldest, newest))
+    return release
+
+
+def parse_containerd_version(text):
+    match = _CONTAINERD_RE.match(text.strip())
+    if not match:
+        raise ReleaseError("containerd version %r is not of the form 1.7.24 or v2.1.4" % (text,))
+    major, minor, patch = (int(x) for x in match.groups())
+    line = "%d.%d" % (major, minor)
+    if line not in KNOWN_CONTAINERD_LINES:
+        raise ReleaseError(
+            "containerd %s (line %s) is outside the lines this collection knows (%s to %s)" % (
+                text, line, KNOWN_CONTAINERD_LINES[0], KNOWN_CONTAINERD_LINES[-1]))
+    return line
+
+
+def _containerd_feature(feature, line):
+    row = CONTAINERD_FEATURES[feature]
+    return row.get(line, row["*"])
+
+
+def _release_containerd_line(release):
+    for feature, line in (("containerd_2_3", "2.3"), ("containerd_2_2", "2.2"),
+                          ("containerd_2_1", "2.1"), ("containerd_2_0", "2.0")):
+        if has_feature(release, feature):
+            return line
+    return "1.7"
+
+
+def profile(distribution, release_text):
+    """Everything a release implies, as one plain dict (the view the rest of the engine uses)."""
+    if distribution == CONTAINERD:
+        line = parse_containerd_version(release_text)
+        major = int(line.split(".")[0])
+        return {
+            "distribution": CONTAINERD,
+            "release": release_text,
+            "line": line,
+            "containerd": line,
+            "schema": 3 if major >= 2 else 2,
+            "templates": [],
+            "base_template": False,
+            "dropin_imports": False,
+            "dropin_deep_merge": _containerd_feature("dropin_deep_merge", line),
+            "cdi_supported": _containerd_feature("cdi", line),
+            "cdi_default_on": _containerd_feature("cdi_default_on", line),
+            "default_runtime": False,
+            "detection": None,
+            "detected_runtimes": [],
+            "runtimeclasses": [],
+            "extra_runtime_systemd_cgroup": True,
+            "known_bad": None,
+        }
+    release = parse_release(distribution, release_text)
+    containerd_line = _release_containerd_line(release)
+    containerd2 = containerd_line != "1.7"
+    if has_feature(release, "service_path"):
+        detection = "lookpath+service-path"
+    elif has_feature(release, "lookpath"):
+        detection = "lookpath-fixed"
+    else:
+        detection = "stat"
+    detected = []
+    for name, binary, runtime_type, feature, group in K3S_RUNTIMES:
+        if feature and not has_feature(release, feature):
+            continue
+        if group == "wasm" and not has_feature(release, "wasm_v1_types"):
+            # before #9519 k3s wrote io.containerd.<name>.v2 for the -v1 shims
+            runtime_type = "io.containerd.%s.v2" % name
+        if group == "crun" and detection == "stat" and has_feature(release, "crun_local_dirs"):
+            group = "crun_local"
+        detected.append({"name": name, "binary": binary, "runtime_type": runtime_type, "group": group})
+    known_bad = None
+    for bad_distribution, bad_release, why in KNOWN_BAD_RELEASES:
+        if bad_distribution == distribution and release.text == bad_release:
+            known_bad = why
+    return {
+        "distribution": distribution,
+        "release": release.text,
+        "line": release.line,
+        "containerd": containerd_line,
+        "schema": 3 if containerd2 else 2,
+        "templates": [TEMPLATE_V3, TEMPLATE_V2] if containerd2 else [TEMPLATE_V2],
+        "base_template": has_feature(release, "base_template"),
+        "dropin_imports": has_feature(release, "dropin_imports"),
+        "dropin_deep_merge": _containerd_feature("dropin_deep_merge", containerd_line),
+        "cdi_supported": _containerd_feature("cdi", containerd_line),
+        "cdi_default_on": _containerd_feature("cdi_default_on", containerd_line),
+        "default_runtime": has_feature(release, "default_runtime"),
+        "nonroot_devices": has_feature(release, "nonroot_devices"),
+        "detection": detection,
+        "detected_runtimes": detected,
+        "runtimeclasses": list(SHIPPED_RUNTIMECLASSES[distribution]) if has_feature(release, "runtimeclasses") else [],
+        "extra_runtime_systemd_cgroup": has_feature(release, "extra_runtime_systemd_cgroup"),
+        "known_bad": known_bad,
+    }
+
+
+def schema_of_template(name):
+    return 3 if name == TEMPLATE_V3 else 2

@@ -1,0 +1,406 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The plan: which file to write and which runtime blocks go in it (pure decisions, no I/O).
+
+PRIVATE to the collection. Stdlib only (runtime_info computes the plan on the node; the
+containerd_runtimes action plugin computes it again on the controller with its own options).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import posixpath
+import re
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+
+MODE_DROPIN = "dropin"
+MODE_TEMPLATE = "template"
+MODE_CONFIG = "config"
+
+_BASE_INCLUDE = re.compile(r"\{\{-?\s*template\s+\"base\"\s+\.\s*-?\}\}")
+_RUNTIME_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class PlanError(ValueError):
+    """Input that cannot be applied safely; the message says what to do. Nothing is written."""
+
+
+def includes_base(text):
+    return bool(_BASE_INCLUDE.search(text or ""))
+
+
+def imports_dir(text, dirname):
+    """Whether a template/config carries an `imports` line covering dirname/*.toml."""
+    for line in (text or "").splitlines():
+        stripped = line.strip()
+        if stripped.startswith("imports") and dirname in stripped:
+            return True
+    return False
+
+
+def _file_text(facts, key):
+    info = facts["files"].get(key) or {}
+    return info.get("content")
+
+
+def _refuse_unusable(info, what):
+    """Fail on a target that is not a plain, readable, UTF-8 file of sane size."""
+    state = info.get("state")
+    path = info.get("path")
+    if state == "link":
+        raise PlanError("%s %s is a symlink; refusing to write through it. Point path= at the real "
+                        "file, or replace the link with a regular file" % (what, path))
+    if state == "directory":
+        raise PlanError("%s %s is a directory; expected a file. Remove or rename the directory" % (what, path))
+    if state == "other":
+        raise PlanError("%s %s is not a regular file" % (what, path))
+    error = info.get("error")
+    if error == "too_large":
+        raise PlanError("%s %s is %d bytes, larger than the 1 MiB this module edits; a containerd "
+                        "config is a few KiB, so check that this is the right file" % (what, path, info.get("size", 0)))
+    if error == "not_utf8":
+        raise PlanError("%s %s is not valid UTF-8 (first bad byte on line %d); TOML must be UTF-8. "
+                        "Fix the encoding of that line" % (what, path, info.get("error_line", 0)))
+    if error == "unreadable":
+        raise PlanError("%s %s cannot be read" % (what, path))
+
+
+def select_target(facts, path=None):
+    """Where the blocks go: {mode, path, schema, key, reason}. Raises PlanError."""
+    profile = facts["profile"]
+    files = facts["files"]
+    if profile["distribution"] == distro.CONTAINERD:
+        return _select_containerd(facts, path)
+    paths = facts["paths"]
+    active = None
+    for name in profile["templates"]:
+        key = "template_v3" if name == distro.TEMPLATE_V3 else "template_v2"
+        if files[key]["state"] != "absent":
+            active = key
+            break
+    schema = distro.schema_of_template(posixpath.basename(paths[active])) if active else profile["schema"]
+    if path:
+        return _select_override(facts, path, schema)
+    if active:
+        _refuse_unusable(files[active], "template")
+    active_text = _file_text(facts, active) if active else None
+    dropin_dir = paths["dropin_dir_v3" if schema == 3 else "dropin_dir_v2"]
+    dropin = {"mode": MODE_DROPIN, "path": paths["dropin_v3" if schema == 3 else "dropin_v2"], "schema": schema, "key": "dropin_v3" if schema == 3 else "dropin_v2", "template": active}
+    if profile["dropin_imports"] and profile["dropin_deep_merge"]:
+        if active is None:
+            dropin["reason"] = "%s %s imports %s/*.toml from its base template" % (
+                profile["distribution"], profile["release"], posixpath.basename(dropin_dir))
+            return dropin
+        if includes_base(active_text) or imports_dir(active_text, posixpath.basename(dropin_dir)):
+            dropin["reason"] = "the template %s includes base (or imports %s), so the drop-in is read" % (
+                paths[active], posixpath.basename(dropin_dir))
+            return dropin
+        return {"mode": MODE_TEMPLATE, "path": paths[active], "schema": schema, "key": active, "template": active,
+                "reason": "the template %s neither includes base nor imports %s, so k3s would ignore a "
+                          "drop-in; editing that template instead" % (paths[active], posixpath.basename(dropin_dir))}
+    if active:
+        return {"mode": MODE_TEMPLATE, "path": paths[active], "schema": schema, "key": active, "template": active,
+                "reason": "%s %s reads the existing template %s; edited in place" % (
+                    profile["distribution"], profile["release"], paths[active])}
+    if not profile["base_template"]:
+        raise PlanError(
+            "%s %s has no `{{ template \"base\" . }}` (it came with v1.28.1), so adding a runtime would "
+            "need a full copy of k3s's template. Upgrade to v1.28.1 or newer" % (
+                profile["distribution"], profile["release"]))
+    key = "template_v3" if schema == 3 else "template_v2"
+    return {"mode": MODE_TEMPLATE, "path": paths[key], "schema": schema, "key": key, "template": None,
+            "reason": "%s %s has no drop-in support; a template that includes base is created" % (
+                profile["distribution"], profile["release"])}
+
+
+def _select_containerd(facts, path):
+    profile = facts["profile"]
+    config = facts["files"]["config"]
+    if config["state"] == "file":
+        _refuse_unusable(config, "containerd config")
+    schema = _config_schema(config, profile)
+    if path:
+        return _select_override(facts, path, schema)
+    text = config.get("content")
+    if profile["dropin_deep_merge"] and imports_dir(text, posixpath.basename(facts["paths"]["dropin_dir"])):
+        return {"mode": MODE_DROPIN, "path": facts["paths"]["dropin"], "schema": schema, "key": "dropin",
+                "template": None, "reason": "%s imports %s/*.toml and containerd %s merges drop-ins deeply" % (
+                    config["path"], facts["paths"]["dropin_dir"], profile["containerd"])}
+    return {"mode": MODE_CONFIG, "path": config["path"], "schema": schema, "key": "config", "template": None,
+            "reason": "containerd %s: %s is edited in place" % (profile["containerd"], config["path"])}
+
+
+def _config_schema(info, profile):
+    """Schema of an existing plain containerd config (its `version` line), else the release's."""
+    if info.get("state") != "file" or not (info.get("content") or "").strip():
+        return profile["schema"]
+    version = info.get("version_line")
+    if version is None:
+        if _has_toml_content(info.get("content")):
+            raise PlanError("%s has no `version` line, so containerd reads it with the version 1 schema "
+                            "and would ignore the runtime tables. Add `version = %d` at the top (after "
+                            "checking the file against that schema)" % (info["path"], profile["schema"]))
+        return profile["schema"]
+    if version not in (2, 3) or (version == 3 and profile["schema"] == 2):
+        raise PlanError("%s declares `version = %d`, which containerd %s does not read; use version = %d" % (
+            info["path"], version, profile["containerd"], profile["schema"]))
+    return version
+
+
+def _has_toml_content(text):
+    return any(line.strip() and not line.strip().startswith("#") for line in (text or "").splitlines())
+
+
+def _select_override(facts, path, schema):
+    if not path.startswith("/"):
+        raise PlanError("path %r must be absolute (a node path)" % (path,))
+    info = facts["files"].get("override") or {"state": "absent", "path": path}
+    if info["state"] != "absent":
+        _refuse_unusable(info, "path")
+    base = posixpath.basename(path)
+    parent = posixpath.basename(posixpath.dirname(path))
+    if base.endswith(".tmpl"):
+        mode = MODE_TEMPLATE
+        if base in (distro.TEMPLATE_V2, distro.TEMPLATE_V3):
+            schema = distro.schema_of_template(base)
+    elif parent.endswith(".d"):
+        mode = MODE_DROPIN
+        if parent == distro.DROPIN_DIRS[2]:
+            schema = 2
+        elif parent == distro.DROPIN_DIRS[3]:
+            schema = 3
+    else:
+        mode = MODE_CONFIG
+        if info.get("version_line") in (2, 3):
+            schema = info["version_line"]
+    return {"mode": mode, "path": path, "schema": schema, "key": "override",
+            "template": "override" if mode == MODE_TEMPLATE else None, "reason": "path= given"}
+
+
+# --- what the target will already render --------------------------------------------------------
+
+def release_renders(facts, target):
+    """Runtimes the release renders itself into the config containerd loads with this target."""
+    if facts["profile"]["distribution"] == distro.CONTAINERD:
+        return {}
+    runtimes = dict((r["name"], r) for r in facts["release_runtimes"])
+    if target["mode"] == MODE_TEMPLATE and target.get("template"):
+        text = _file_text(facts, target["template"]) or ""
+        if not includes_base(text) and ".ExtraRuntimes" not in text:
+            return {}  # a frozen template that does not range over the detected runtimes
+    return runtimes
+
+
+def reserved_tables(facts, target, default_runtime_via_flag):
+    """Tables the base template emits for this release and node: ours must never repeat them."""
+    if target["mode"] != MODE_TEMPLATE or facts["profile"]["distribution"] == distro.CONTAINERD:
+        return []
+    schema = target["schema"]
+    text = _file_text(facts, target["template"]) if target.get("template") else None
+    tables = []
+    if text is None or includes_base(text):
+        tables.extend(distro.BASE_TABLES_ALWAYS[schema])
+        if default_runtime_via_flag:
+            tables.extend(distro.BASE_TABLES_WITH_DEFAULT_RUNTIME[schema])
+    for name in sorted(release_renders(facts, target)):
+        tables.append(distro.runtime_table(schema, name))
+        tables.append(distro.runtime_table(schema, name) + ("options",))
+    return [list(t) for t in tables]
+
+
+# --- runtime requests -------------------------------------------------------------------------
+
+def check_runtime_name(name):
+    if not isinstance(name, str) or not _RUNTIME_NAME.match(name) or len(name) > 63:
+        raise PlanError(
+            "runtime name %r is not valid: a containerd handler used by a RuntimeClass must be a "
+            "lowercase DNS label (a-z, 0-9 and '-', at most 63 characters, no quotes, dots, spaces "
+            "or newlines). Rename it, for example to 'nvidia-custom'" % (name,))
+
+
+def check_runtime_binary(name, binary, binary_info):
+    if not isinstance(binary, str) or not binary.startswith("/"):
+        raise PlanError("runtime %s: binary %r must be an absolute path on the node, such as "
+                        "/usr/bin/nvidia-container-runtime" % (name, binary))
+    state = (binary_info or {}).get("state")
+    if state in ("absent", "dangling", None):
+        raise PlanError("runtime %s: binary %s does not exist on the node%s. Install the NVIDIA "
+                        "container toolkit (nvidia-container-toolkit-operator-extensions for the .cdi "
+                        "and .legacy binaries) or fix the path" % (
+                            name, binary, " (dangling symlink)" if state == "dangling" else ""))
+    if state == "directory":
+        raise PlanError("runtime %s: binary %s is a directory" % (name, binary))
+    if not binary_info.get("executable"):
+        raise PlanError("runtime %s: binary %s is not executable (chmod 0755 it)" % (name, binary))
+
+
+def check_options(name, runtime_type, options):
+    if runtime_type != distro.RUNC_V2:
+        return
+    for key in options:
+        if key not in distro.RUNC_OPTION_KEYS:
+            close = [k for k in distro.RUNC_OPTION_KEYS if k.lower() == str(key).lower()]
+            hint = " (did you mean %s?)" % close[0] if close else ""
+            raise PlanError(
+                "runtime %s: option %r is not an option of the %s shim%s; containerd would keep it "
+                "silently and run pods on plain runc. Known options: %s" % (
+                    name, key, runtime_type, hint, ", ".join(distro.RUNC_OPTION_KEYS)))
+
+
+def normalize_runtimes(facts, requested):
+    """The runtimes asked for (explicit list, or the NVIDIA runtimes found on the node)."""
+    if requested is None:
+        return [{"name": r["name"], "binary": r["binary"], "runtime_type": r["runtime_type"], "options": {},
+                 "systemd_cgroup": None, "explicit": False} for r in facts["runtimes"]]
+    result = []
+    seen = set()
+    binaries = facts.get("binaries") or {}
+    for item in requested:
+        name = item.get("name")
+        check_runtime_name(name)
+        if name in seen:
+            raise PlanError("runtime %s is listed twice in runtimes" % name)
+        seen.add(name)
+        runtime_type = item.get("runtime_type") or distro.RUNC_V2
+        binary = item.get("binary")
+        if binary is None:
+            found = [r for r in facts["runtimes"] if r["name"] == name]
+            if not found:
+                raise PlanError("runtime %s: no binary given and none detected on the node; set binary" % name)
+            binary = found[0]["binary"]
+        else:
+            check_runtime_binary(name, binary, binaries.get(binary))
+        options = dict(item.get("options") or {})
+        if "BinaryName" in options:
+            raise PlanError("runtime %s: set the binary with `binary`, not options.BinaryName" % name)
+        check_options(name, runtime_type, options)
+        result.append({"name": name, "binary": binary, "runtime_type": runtime_type, "options": options,
+                       "systemd_cgroup": item.get("systemd_cgroup"), "explicit": True})
+    return result
+
+
+# --- the plan --------------------------------------------------------------------------------------
+
+def make_plan(facts, runtimes=None, state="present", default_runtime=None, enable_cdi=None, path=None):
+    """Decide everything; raise PlanError on input that cannot be applied safely."""
+    profile = facts["profile"]
+    target = select_target(facts, path)
+    wanted = normalize_runtimes(facts, runtimes)
+    renders = release_renders(facts, target)
+    plan = {"target": target, "write": [], "skip": [], "remove": [], "default_runtime": None,
+            "enable_cdi": None, "notes": [], "state": state}
+    k3s_like = profile["distribution"] != distro.CONTAINERD
+    label = "%s %s" % (profile["distribution"], profile["release"])
+    if state == "absent":
+        names = [r["name"] for r in wanted] if runtimes is not None else [n for n, _b in distro.NVIDIA_RUNTIMES]
+        plan["remove"] = names
+        plan["reserved_tables"] = []
+        return plan
+    for runtime in wanted:
+        rendered = renders.get(runtime["name"])
+        if rendered is None:
+            plan["write"].append(runtime)
+            continue
+        same = (rendered["binary"] == runtime["binary"] and rendered["runtime_type"] == runtime["runtime_type"]
+                and not runtime["options"] and runtime["systemd_cgroup"] is None)
+        if same:
+            plan["skip"].append({"name": runtime["name"], "reason": "%s detects %s and renders this runtime itself" % (
+                label, rendered["binary"])})
+        elif target["mode"] == MODE_DROPIN:
+            plan["write"].append(runtime)
+            plan["notes"].append("runtime %s: the drop-in overrides the block %s renders for %s" % (
+                runtime["name"], label, rendered["binary"]))
+        else:
+            raise PlanError(
+                "runtime %s: %s renders this runtime itself with %s, and %s cannot declare its table a "
+                "second time (containerd would refuse the config and k3s would restart in a loop). Use "
+                "another runtime name, or remove that binary so k3s does not detect it" % (
+                    runtime["name"], label, rendered["binary"], target["path"]))
+    for runtime in plan["write"]:
+        if runtime["systemd_cgroup"] is None and k3s_like:
+            runtime["systemd_cgroup"] = facts["systemd_cgroup"]
+    _plan_default_runtime(facts, plan, default_runtime, renders, label)
+    _plan_enable_cdi(facts, plan, enable_cdi, label)
+    via_flag = bool(facts.get("default_runtime", {}).get("value")) or (
+        (plan["default_runtime"] or {}).get("how") == "config_yaml")
+    if (plan["default_runtime"] or {}).get("how") == "toml" and facts.get("default_runtime", {}).get("value") \
+            and facts["default_runtime"].get("source") != facts["paths"].get("default_runtime_file"):
+        raise PlanError(
+            "default_runtime %s must go into the containerd config (k3s does not detect it), but %s sets "
+            "default-runtime: %s, which k3s validates against its detected runtimes. Remove that setting" % (
+                plan["default_runtime"]["name"], facts["default_runtime"]["source"], facts["default_runtime"]["value"]))
+    plan["reserved_tables"] = reserved_tables(facts, target, via_flag and (plan["default_runtime"] or {}).get("how") != "toml")
+    return plan
+
+
+def _plan_default_runtime(facts, plan, name, renders, label):
+    if not name:
+        return
+    profile = facts["profile"]
+    target = plan["target"]
+    written = [r["name"] for r in plan["write"]]
+    if profile["distribution"] != distro.CONTAINERD:
+        if not profile["default_runtime"]:
+            raise PlanError("%s has no default-runtime setting (it came with v1.28.5 and v1.29.0); "
+                            "upgrade, or give pods runtimeClassName instead" % label)
+        if name in renders or name == "runc":
+            plan["default_runtime"] = {"name": name, "how": "config_yaml", "path": facts["paths"]["default_runtime_file"]}
+            return
+        if name not in written:
+            raise PlanError("default_runtime %s is neither detected by %s nor written by this task; "
+                            "k3s would refuse to start (`default runtime %s was not found`)" % (name, label, name))
+        if target["mode"] == MODE_TEMPLATE and target["schema"] == 2:
+            raise PlanError(
+                "default_runtime %s: %s does not detect this runtime, so it must be set as "
+                "default_runtime_name in the containerd config, but the schema-2 base template already emits "
+                "the table that holds it. Install the runtime where k3s detects it (then default-runtime: "
+                "works), or use a release with containerd 2 (v1.31.6+, v1.32.2+)" % (name, label))
+        plan["default_runtime"] = {"name": name, "how": "toml", "path": target["path"]}
+        return
+    if name not in written and name != "runc":
+        plan["notes"].append("default_runtime %s must already be configured in %s" % (name, target["path"]))
+    plan["default_runtime"] = {"name": name, "how": "toml", "path": target["path"]}
+
+
+def _plan_enable_cdi(facts, plan, enable_cdi, label):
+    if enable_cdi is None:
+        return
+    profile = facts["profile"]
+    target = plan["target"]
+    if enable_cdi and not profile["cdi_supported"]:
+        raise PlanError("enable_cdi: containerd %s (%s) has no CDI support; it came with containerd 1.7" % (
+            profile["containerd"], label))
+    if target["mode"] == MODE_TEMPLATE:
+        if bool(enable_cdi) == profile["cdi_default_on"]:
+            plan["notes"].append("enable_cdi: containerd %s already has enable_cdi = %s by default" % (
+                profile["containerd"], str(bool(enable_cdi)).lower()))
+            return
+        raise PlanError(
+            "enable_cdi: %s ships containerd %s, where enable_cdi defaults to %s, and its base template "
+            "already emits [plugins.%s] that holds it, so a template cannot set it without breaking "
+            "containerd. Use a release with containerd 2 (v1.31.6+, v1.32.2+, CDI on by default), or leave "
+            "enable_cdi unset" % (label, profile["containerd"], str(profile["cdi_default_on"]).lower(),
+                                  distro.CRI_RUNTIME_PLUGIN[target["schema"]]))
+    plan["enable_cdi"] = bool(enable_cdi)
+
+
+def summarize(plan):
+    """The plan as the modules return it."""
+    target = plan["target"]
+    return {
+        "mode": target["mode"],
+        "path": target["path"],
+        "schema": target["schema"],
+        "reason": target.get("reason"),
+        "write": [{"name": r["name"], "binary": r["binary"], "runtime_type": r["runtime_type"]} for r in plan["write"]],
+        "skip": plan["skip"],
+        "remove": plan["remove"],
+        "default_runtime": plan["default_runtime"],
+        "enable_cdi": plan["enable_cdi"],
+        "notes": plan["notes"],
+    }

@@ -1,0 +1,44 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Argument specs shared by the modules and the action plugin. PRIVATE to the collection."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+NODE_OPTIONS = dict(
+    root=dict(type="path", default="/"),
+    distribution=dict(type="str", default="auto", choices=["auto", "k3s", "rke2", "containerd"]),
+    release=dict(type="str"),
+    data_dir=dict(type="path"),
+    toolkit_dirs=dict(type="list", elements="path", default=[]),
+)
+
+RUNTIME_INFO_SPEC = dict(
+    NODE_OPTIONS,
+    path=dict(type="path"),
+    binaries=dict(type="list", elements="path", default=[]),
+    include_content=dict(type="bool", default=False),
+)
+
+RUNTIME_SPEC = dict(
+    name=dict(type="str", required=True),
+    binary=dict(type="str"),
+    runtime_type=dict(type="str", default="io.containerd.runc.v2"),
+    options=dict(type="dict", default={}),
+    systemd_cgroup=dict(type="bool"),
+)
+
+CONTAINERD_RUNTIMES_SPEC = dict(
+    NODE_OPTIONS,
+    runtimes=dict(type="list", elements="dict", options=RUNTIME_SPEC),
+    state=dict(type="str", default="present", choices=["present", "absent"]),
+    default_runtime=dict(type="str"),
+    enable_cdi=dict(type="bool"),
+    path=dict(type="path"),
+    validate=dict(type="str"),
+    backup=dict(type="bool", default=False),
+)

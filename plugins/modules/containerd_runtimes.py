@@ -1,0 +1,237 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: containerd_runtimes
+short_description: Write the containerd runtime blocks a k3s, rke2 or containerd node is missing, where that release reads them
+version_added: 0.1.0
+description:
+  - Adds containerd runtime handlers for NVIDIA container runtimes (or any runc-compatible runtime) to a
+    k3s or rke2 node, or to a plain containerd node, without ever declaring a table the k3s/rke2 base
+    template already emits (which makes containerd exit and k3s restart in a loop).
+  - Detection runs first on the node (M(k3s_gpu.nvidia.runtime_info)); runtimes the release detects and
+    renders itself are RV(runtimes_skipped) with the reason, never written twice.
+  - "The target is the least invasive file the release really reads: on releases with drop-in support
+    (v1.33.10, v1.34.6, v1.35.3, v1.36.0 and newer) a file in C(config-v3.toml.d/) (or C(config.toml.d/)
+    for schema 2); else the template k3s will read (C(config-v3.toml.tmpl) on containerd 2, C(config.toml.tmpl)
+    before), created as C({{ template \"base\" . }}) plus only the missing tables, or edited in place
+    keeping every byte outside the tables it manages; on plain containerd C(/etc/containerd/config.toml),
+    or a drop-in in C(/etc/containerd/conf.d/) where the config imports it and containerd merges deeply (2.1+)."
+  - The default runtime goes to C(/etc/rancher/<k3s|rke2>/config.yaml.d/) as C(default-runtime) when the release
+    detects that runtime, else to C(default_runtime_name) in the containerd config where that is safe.
+  - TOML is parsed and rendered on the controller (the node needs only Python's standard library); the
+    file is written with M(ansible.builtin.copy), atomically, with O(backup) and O(validate).
+  - When nothing is missing nothing is written, and a drop-in or template this module created earlier and
+    no longer needs is removed.
+author:
+  - k3s_gpu.nvidia maintainers
+requirements:
+  - tomlkit on the controller
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.files
+  - ansible.builtin.files
+  - ansible.builtin.validate
+attributes:
+  action:
+    support: full
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
+  safe_file_operations:
+    support: full
+  vault:
+    support: none
+options:
+  root:
+    description: Directory that stands for C(/) of the node; see M(k3s_gpu.nvidia.runtime_info).
+    type: path
+    default: /
+  distribution:
+    description: V(auto) detects k3s, rke2 or plain containerd.
+    type: str
+    default: auto
+    choices: [auto, k3s, rke2, containerd]
+  release:
+    description:
+      - k3s/rke2 release such as V(v1.31.6+k3s1), or the containerd version for plain containerd.
+        Default - ask the installed binary (needs O(root=/)).
+    type: str
+  data_dir:
+    description: k3s/rke2 data directory; default from C(config.yaml) or the distribution's default.
+    type: path
+  toolkit_dirs:
+    description: Extra directories searched for NVIDIA runtime binaries k3s does not detect itself.
+    type: list
+    elements: path
+    default: []
+  runtimes:
+    description:
+      - The runtimes wanted. Default - every NVIDIA runtime installed on the node (C(nvidia), C(nvidia-cdi),
+        C(nvidia-legacy), C(nvidia-experimental)), as M(k3s_gpu.nvidia.runtime_info) finds them.
+      - With O(state=absent), the names to remove (default the four NVIDIA names).
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description: Runtime handler name, a lowercase DNS label (what a RuntimeClass C(handler) names).
+        type: str
+        required: true
+      binary:
+        description: Absolute node path of the runtime binary (C(BinaryName)). Default - the one detected for O(runtimes[].name).
+        type: str
+      runtime_type:
+        description: containerd shim.
+        type: str
+        default: io.containerd.runc.v2
+      options:
+        description:
+          - Extra runtime options (the C(options) table). For the runc shim, keys are checked against its
+            known options, since containerd keeps a misspelled key silently and runs pods on plain runc.
+        type: dict
+        default: {}
+      systemd_cgroup:
+        description: C(SystemdCgroup). Default - what k3s gives its own runtimes on this node (true under systemd); on plain containerd, the value of the C(runc) runtime.
+        type: bool
+  state:
+    description: V(present) writes the missing blocks; V(absent) removes the named runtime tables (and this module's files).
+    type: str
+    default: present
+    choices: [present, absent]
+  default_runtime:
+    description:
+      - Runtime containerd uses for pods without C(runtimeClassName).
+      - On k3s/rke2 it must be a runtime the release detects (then C(default-runtime) in config.yaml.d) or one
+        this task writes on a schema-3 release (then C(default_runtime_name)).
+    type: str
+  enable_cdi:
+    description:
+      - Set C(enable_cdi) of the CRI plugin. containerd 2 enables CDI by default; on k3s/rke2 releases with
+        containerd 1.7 the base template already emits that table, so this is refused there with the alternatives.
+    type: bool
+  path:
+    description: Write this node file instead of the one the plan picks (a C(.tmpl) is edited as a template, a file in a C(.d) directory as a drop-in).
+    type: path
+  backup:
+    description: Keep a timestamped copy of a file before changing or removing it.
+    type: bool
+    default: false
+notes:
+  - k3s and rke2 read templates and drop-ins at start; restart the k3s/rke2 service when RV(changed) (the
+    role M(k3s_gpu.nvidia.gpu_node) does that in a handler).
+  - O(mode) defaults to V(0600) for files this module creates.
+seealso:
+  - module: k3s_gpu.nvidia.runtime_info
+  - plugin: k3s_gpu.nvidia.containerd_runtime_blocks
+    plugin_type: filter
+"""
+
+EXAMPLES = r"""
+- name: Add every NVIDIA runtime the node has and k3s does not render itself
+  k3s_gpu.nvidia.containerd_runtimes:
+  register: gpu_runtimes
+  notify: Restart k3s
+
+- name: nvidia-legacy from a toolkit unpacked outside the PATH, nvidia as the default runtime
+  k3s_gpu.nvidia.containerd_runtimes:
+    runtimes:
+      - name: nvidia-legacy
+        binary: /opt/nvidia/toolkit/nvidia-container-runtime.legacy
+    default_runtime: nvidia
+    backup: true
+
+- name: Plain containerd 1.7 with CDI turned on, validated by containerd before it replaces the file
+  k3s_gpu.nvidia.containerd_runtimes:
+    distribution: containerd
+    enable_cdi: true
+    validate: containerd --config %s config dump
+
+- name: Remove what this module added
+  k3s_gpu.nvidia.containerd_runtimes:
+    state: absent
+"""
+
+RETURN = r"""
+distribution:
+  description: V(k3s), V(rke2) or V(containerd).
+  returned: always
+  type: str
+  sample: k3s
+release:
+  description: The release the plan is for.
+  returned: always
+  type: str
+  sample: v1.31.6+k3s1
+target:
+  description: Where the blocks go and why - mode (V(dropin), V(template), V(config)), node path, schema.
+  returned: always
+  type: dict
+  sample:
+    mode: template
+    path: /var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl
+    schema: 3
+    reason: k3s v1.31.6+k3s1 has no drop-in support; a template that includes base is created
+runtimes_written:
+  description: Runtimes whose blocks are in the target after this run.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{name: nvidia-legacy, binary: /usr/bin/nvidia-container-runtime.legacy, runtime_type: io.containerd.runc.v2}]
+runtimes_skipped:
+  description: Runtimes not written, and why (typically - the release renders them itself).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{name: nvidia, reason: k3s v1.31.6+k3s1 detects /usr/bin/nvidia-container-runtime and renders this runtime itself}]
+runtimes_removed:
+  description: Runtime tables removed (O(state=absent), or tables the base template now emits itself).
+  returned: always
+  type: list
+  elements: str
+  sample: []
+default_runtime:
+  description: How the default runtime is set (V(config_yaml) or V(toml)) and where, or null.
+  returned: always
+  type: dict
+  sample: {name: nvidia, how: config_yaml, path: /etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml}
+files:
+  description: Each file the module looked after, its host path, and what happened (V(created), V(updated), V(removed), V(unchanged)).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{path: /var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl, action: created, backup_file: null}]
+notes:
+  description: Decisions worth knowing (a drop-in overriding a rendered block, a runc block added, a setting already the default).
+  returned: always
+  type: list
+  elements: str
+  sample: []
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import CONTAINERD_RUNTIMES_SPEC
+
+
+def main():
+    module = AnsibleModule(argument_spec=CONTAINERD_RUNTIMES_SPEC, supports_check_mode=True, add_file_common_args=True)
+    module.fail_json(msg="k3s_gpu.nvidia.containerd_runtimes runs through its action plugin on the controller; "
+                         "call it by its full name in a task, not as a module on the node")
+
+
+if __name__ == "__main__":
+    main()

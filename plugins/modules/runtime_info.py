@@ -1,0 +1,283 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: runtime_info
+short_description: Detect NVIDIA container runtimes exactly as the node's k3s or rke2 release will
+version_added: 0.1.0
+description:
+  - Reads a node (or a sandbox tree under O(root)) and reports which NVIDIA container runtimes
+    (C(nvidia), C(nvidia-cdi), C(nvidia-legacy), C(nvidia-experimental)) are installed, and which of
+    them the installed k3s or rke2 release detects and renders into containerd's C(config.toml) by itself.
+  - The search mirrors k3s release by release, from v1.28 to v1.36 - the C(fs.Stat) era before February 2024,
+    the fixed C(exec.LookPath) PATH, and since October 2024 C(/usr/local/nvidia/toolkit:/opt/kwasm/bin)
+    plus the service PATH read from the unit, its drop-ins and its environment files.
+  - Also reports what k3s ignores - the C(.legacy) runtime, the driver version, C(/dev/nvidia*), CDI specs in
+    C(/etc/cdi) and C(/var/run/cdi), the toolkit version, the GPU Operator layout - the paths that matter,
+    and the plan M(k3s_gpu.nvidia.containerd_runtimes) would follow for the runtimes found.
+  - Read-only. Needs only the Python standard library on the node.
+author:
+  - k3s_gpu.nvidia maintainers
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  facts:
+    support: none
+  platform:
+    platforms: posix
+options:
+  root:
+    description:
+      - Directory that stands for C(/) of the node. Every node path is read below it, and symlinks are
+        resolved inside it. Use a sandbox tree in tests and image builds.
+    type: path
+    default: /
+  distribution:
+    description:
+      - V(auto) finds k3s, rke2 or plain containerd from binaries, systemd units and data directories.
+    type: str
+    default: auto
+    choices: [auto, k3s, rke2, containerd]
+  release:
+    description:
+      - The k3s/rke2 release (for example V(v1.31.6+k3s1), V(v1.33.10+rke2r1)) or, for plain containerd,
+        the containerd version (V(1.7.24), V(2.1.4)).
+      - By default the installed binary is asked (C(k3s --version)); that needs O(root=/).
+      - Releases older than the 1.28 line, or of a line newer than 1.36, are refused rather than guessed.
+    type: str
+  data_dir:
+    description:
+      - k3s/rke2 data directory. Default is C(data-dir) from C(config.yaml), else C(/var/lib/rancher/k3s)
+        or C(/var/lib/rancher/rke2).
+    type: path
+  toolkit_dirs:
+    description:
+      - Extra directories where NVIDIA runtime binaries may live (for example a toolkit unpacked outside
+        the PATH). Searched after C(/usr/local/nvidia/toolkit) and before the service PATH, for the
+        runtimes k3s does not detect itself.
+    type: list
+    elements: path
+    default: []
+  path:
+    description:
+      - Also report on this node file as the target (the O(k3s_gpu.nvidia.containerd_runtimes#module:path) option).
+    type: path
+  binaries:
+    description:
+      - Node paths of runtime binaries to check (existence, type, executable bit), reported in RV(binaries).
+    type: list
+    elements: path
+    default: []
+  include_content:
+    description:
+      - Return the text of the containerd templates, drop-ins and configs in RV(files).
+        The action plugin of M(k3s_gpu.nvidia.containerd_runtimes) uses it so that a run which changes
+        nothing costs one round trip.
+    type: bool
+    default: false
+notes:
+  - The GPU is not needed; a node without a driver reports RV(driver.loaded=false).
+seealso:
+  - module: k3s_gpu.nvidia.containerd_runtimes
+"""
+
+EXAMPLES = r"""
+- name: Detect NVIDIA runtimes and what k3s renders itself
+  k3s_gpu.nvidia.runtime_info:
+  register: gpu
+
+- name: Show the runtimes k3s will not render (they need a template or drop-in)
+  ansible.builtin.debug:
+    msg: "{{ gpu.plan.write | map(attribute='name') | list }}"
+
+- name: Inspect a sandbox tree (image build) for a known release
+  k3s_gpu.nvidia.runtime_info:
+    root: /srv/images/gpu-node/rootfs
+    distribution: rke2
+    release: v1.33.10+rke2r1
+"""
+
+RETURN = r"""
+distribution:
+  description: V(k3s), V(rke2) or V(containerd).
+  returned: success
+  type: str
+  sample: k3s
+release:
+  description: The release the facts are for.
+  returned: success
+  type: str
+  sample: v1.31.6+k3s1
+release_source:
+  description: V(option), or the binary that was asked for its version.
+  returned: success
+  type: str
+  sample: /usr/local/bin/k3s
+root:
+  description: The root prefix used.
+  returned: success
+  type: str
+  sample: /
+known_bad_release:
+  description: Why this exact release is known to break with NVIDIA runtimes, else null.
+  returned: success
+  type: str
+  sample: null
+profile:
+  description:
+    - What the release implies, from the collection's feature table - containerd line, config schema,
+      template names in precedence order, base-template and drop-in support, detection era, the runtimes
+      it looks for, the RuntimeClasses it ships, C(default-runtime) support, the CDI default.
+  returned: success
+  type: dict
+  sample:
+    distribution: k3s
+    release: v1.31.6+k3s1
+    line: "1.31"
+    containerd: "2.0"
+    schema: 3
+    templates: [config-v3.toml.tmpl, config.toml.tmpl]
+    base_template: true
+    dropin_imports: false
+    detection: lookpath+service-path
+    runtimeclasses: [nvidia, nvidia-experimental, crun]
+    default_runtime: true
+    cdi_default_on: true
+paths:
+  description: The node paths that matter (data dir, generated config, templates, drop-in dirs, manifests, config.yaml.d).
+  returned: success
+  type: dict
+  sample:
+    config: /var/lib/rancher/k3s/agent/etc/containerd/config.toml
+    template_v3: /var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl
+    manifests_dir: /var/lib/rancher/k3s/server/manifests
+units:
+  description: The systemd units of the distribution found on the node.
+  returned: success
+  type: list
+  elements: str
+  sample: [k3s-agent]
+service:
+  description: The unit file, the environment files read, and the PATH the service runs with.
+  returned: success
+  type: dict
+  sample:
+    unit_file: /etc/systemd/system/k3s-agent.service
+    env_files: [/etc/systemd/system/k3s-agent.service.env]
+    path: /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+release_runtimes:
+  description: Every runtime the release will detect and render itself (NVIDIA, crun and wasm shims), sorted by name.
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - name: nvidia
+      binary: /usr/bin/nvidia-container-runtime
+      runtime_type: io.containerd.runc.v2
+runtimes:
+  description:
+    - The NVIDIA runtimes installed on the node. RV(runtimes[].source) is V(k3s) when the release detects it
+      itself, else where it was found (V(gpu-operator), V(toolkit_dirs), V(path)).
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - name: nvidia-legacy
+      binary: /usr/bin/nvidia-container-runtime.legacy
+      runtime_type: io.containerd.runc.v2
+      source: path
+default_runtime:
+  description: C(default-runtime) as k3s/rke2 reads it from config.yaml and config.yaml.d, and the file that set it.
+  returned: success
+  type: dict
+  sample: {value: nvidia, source: /etc/rancher/k3s/config.yaml}
+systemd:
+  description: Whether systemd runs the node (C(/run/systemd/system) exists).
+  returned: success
+  type: bool
+systemd_cgroup:
+  description: The SystemdCgroup value k3s gives its runtimes on this node.
+  returned: success
+  type: bool
+driver:
+  description: NVIDIA kernel driver - loaded, version, open kernel module, device nodes, GPU count.
+  returned: success
+  type: dict
+  sample: {loaded: true, version: "580.95.05", open_kernel_module: true, devices: [/dev/nvidia0, /dev/nvidiactl], gpu_count: 1}
+cdi:
+  description: CDI spec directories, the specs found (path, kind, version, device names), and the nvidia.com/gpu devices.
+  returned: success
+  type: dict
+toolkit:
+  description: NVIDIA container toolkit version (from dpkg status or C(nvidia-ctk --version)) and the nvidia-ctk path.
+  returned: success
+  type: dict
+gpu_operator:
+  description: GPU Operator layout - whether C(/usr/local/nvidia/toolkit) holds runtime binaries, and a driver container root.
+  returned: success
+  type: dict
+files:
+  description: State, mode and version line of the templates, drop-ins and configs (text too with O(include_content)).
+  returned: success
+  type: dict
+binaries:
+  description: For each path in O(binaries), its state (V(file), V(absent), V(dangling), V(directory), V(relative)) and executable bit.
+  returned: success
+  type: dict
+plan:
+  description:
+    - What M(k3s_gpu.nvidia.containerd_runtimes) would do for the NVIDIA runtimes found, with its default options -
+      target mode (V(dropin), V(template), V(config)), path, schema, the runtimes to write, those skipped and why.
+    - When nothing can be written safely, RV(plan.error) says why.
+  returned: success
+  type: dict
+  sample:
+    mode: template
+    path: /var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl
+    schema: 3
+    write: [{name: nvidia-legacy, binary: /usr/bin/nvidia-container-runtime.legacy, runtime_type: io.containerd.runc.v2}]
+    skip: [{name: nvidia, reason: k3s v1.31.6+k3s1 detects /usr/bin/nvidia-container-runtime and renders this runtime itself}]
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import RUNTIME_INFO_SPEC
+
+
+def main():
+    module = AnsibleModule(argument_spec=RUNTIME_INFO_SPEC, supports_check_mode=True)
+    params = module.params
+    try:
+        facts = detect.gather(
+            root=params["root"], distribution=params["distribution"], release=params["release"],
+            data_dir=params["data_dir"], toolkit_dirs=params["toolkit_dirs"], binaries=params["binaries"],
+            path=params["path"], run_command=lambda argv: module.run_command(argv, check_rc=False))
+    except (detect.DetectError, distro.ReleaseError) as exc:
+        module.fail_json(msg=str(exc))
+    try:
+        plan = planner.summarize(planner.make_plan(facts, path=params["path"]))
+    except planner.PlanError as exc:
+        plan = {"error": str(exc)}
+    if facts["known_bad_release"]:
+        module.warn("%s %s: %s" % (facts["distribution"], facts["release"], facts["known_bad_release"]))
+    result = facts if params["include_content"] else detect.strip_content(facts)
+    module.exit_json(changed=False, plan=plan, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""From node facts and task options to the exact file changes (controller side, no I/O).
+
+PRIVATE to the collection. The action plugin only applies what compute() returns.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+
+# Files of ours that may exist from an earlier run, by facts["files"] key.
+_OWN_DROPINS = ("dropin_v3", "dropin_v2", "dropin")
+_TEMPLATES = ("template_v3", "template_v2")
+
+
+def host_path(root, node_path):
+    return node_path if root in ("", "/") else root.rstrip("/") + node_path
+
+
+def _change(facts, key, node_path, after, kind):
+    info = facts["files"].get(key) or {"state": "absent", "path": node_path}
+    before = info.get("content") if info.get("state") == "file" else None
+    if before is None and after is None:
+        return None
+    if info.get("state") not in ("absent", "file") or info.get("error"):
+        planner._refuse_unusable(info, kind)
+    return {"key": key, "node_path": node_path, "path": host_path(facts["root"], node_path),
+            "before": before, "after": after, "exists": info.get("state") == "file",
+            "parent_exists": info.get("state") == "file" or bool(info.get("parent_exists"))}
+
+
+def compute(facts, params):
+    """Plan and file changes for the task. Raises PlanError or TomlEditError; nothing is written then."""
+    plan = planner.make_plan(
+        facts, runtimes=params.get("runtimes"), state=params.get("state") or "present",
+        default_runtime=params.get("default_runtime"), enable_cdi=params.get("enable_cdi"), path=params.get("path"))
+    target = plan["target"]
+    profile = facts["profile"]
+    info = facts["files"].get(target["key"]) or {}
+    current = info.get("content") if info.get("state") == "file" else None
+    after = toml.apply_plan(current, plan, target["path"], target["mode"] == planner.MODE_TEMPLATE, profile)
+    changes = [_change(facts, target["key"], target["path"], after, "target")]
+    for key in _OWN_DROPINS + _TEMPLATES:
+        if key == target["key"] or key not in facts["files"]:
+            continue
+        other = facts["files"][key]
+        text = other.get("content")
+        if other.get("state") != "file" or text is None:
+            continue
+        if key in _TEMPLATES and not text.startswith(toml.MANAGED_HEADER):
+            continue
+        # a file this module wrote for an earlier release or layout: take our tables out of it
+        cleanup = dict(plan, state="absent", remove=[r["name"] for r in plan["write"]] + [n for n, _b in distro.NVIDIA_RUNTIMES],
+                       target=dict(target, mode=planner.MODE_TEMPLATE if key in _TEMPLATES else planner.MODE_DROPIN,
+                                   schema=3 if key.endswith("v3") else target["schema"] if key == "dropin" else 2))
+        cleaned = toml.apply_plan(text, cleanup, other["path"], key in _TEMPLATES, profile, created_by_us=True)
+        changes.append(_change(facts, key, other["path"], cleaned, "earlier file"))
+    if profile["distribution"] != distro.CONTAINERD:
+        wanted_yaml = None
+        default = plan["default_runtime"]
+        own_yaml = facts["files"].get("default_runtime_file") or {}
+        if default and default["how"] == "config_yaml":
+            wanted_yaml = toml.render_default_runtime_yaml(default["name"])
+        elif plan["state"] != "absent" and not default:
+            wanted_yaml = own_yaml.get("content")  # not managed by this task: leave it as it is
+        changes.append(_change(facts, "default_runtime_file", facts["paths"]["default_runtime_file"], wanted_yaml,
+                               "default runtime file"))
+    changes = [c for c in changes if c is not None and c["before"] != c["after"]]
+    return plan, changes
+
+
+def result_fields(facts, plan):
+    return {
+        "distribution": facts["distribution"],
+        "release": facts["release"],
+        "target": {k: plan["target"].get(k) for k in ("mode", "path", "schema", "reason")},
+        "runtimes_written": [{"name": r["name"], "binary": r["binary"], "runtime_type": r["runtime_type"]} for r in plan["write"]]
+        if plan["state"] == "present" else [],
+        "runtimes_skipped": plan["skip"],
+        "runtimes_removed": sorted(set(plan["remove"] if plan["state"] == "absent" else []) | set(plan.get("removed_for_base") or [])),
+        "default_runtime": plan["default_runtime"],
+        "notes": plan["notes"],
+    }

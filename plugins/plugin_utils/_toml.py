@@ -1,0 +1,542 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""containerd TOML on the controller: render runtime blocks, merge them into a config or a
+k3s/rke2 Go template, remove them, and refuse to emit a table the base template emits.
+
+PRIVATE to the collection. Controller side (Python 3.11+: tomllib). Blocks are rendered with
+tomlkit, so keys are always quoted by the library. Edits are line-range surgery on the original
+text: every byte outside the tables we manage stays as it was, comments and spacing included.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+
+try:
+    import tomlkit
+except ImportError as exc:  # pragma: no cover - exercised by the sanity import test
+    tomlkit = None
+    TOMLKIT_IMPORT_ERROR = exc
+else:
+    TOMLKIT_IMPORT_ERROR = None
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
+
+MANAGED_HEADER = "# Managed by Ansible: k3s_gpu.nvidia.containerd_runtimes rewrites the runtime tables in this file."
+MANAGED_YAML_HEADER = "# Managed by Ansible: k3s_gpu.nvidia.containerd_runtimes rewrites this file."
+BASE_LINE = '{{ template "base" . }}'
+
+
+class TomlEditError(ValueError):
+    """Input that cannot be edited safely. The message names the file, the line and the fix."""
+
+
+def require_tomlkit():
+    if tomlkit is None:
+        raise TomlEditError("the Python library tomlkit is required on the Ansible controller: "
+                            "pip install 'tomlkit>=0.12' (import error: %s)" % TOMLKIT_IMPORT_ERROR)
+
+
+# --- Go template lines --------------------------------------------------------------------------
+
+_PLACEHOLDER = "#k3s-gpu-go-template-line:%d"
+_PLACEHOLDER_RE = re.compile(r"^#k3s-gpu-go-template-line:(\d+)$")
+
+
+def mask_template(text, path):
+    """Replace every line holding a Go template action by a TOML comment placeholder.
+
+    Returns (masked text, original lines by placeholder index). An action left open on its
+    line (`{{` without `}}`) is refused: the TOML between actions could not be told apart.
+    """
+    lines = text.split("\n")
+    originals = []
+    for number, line in enumerate(lines, 1):
+        opened, closed = line.count("{{"), line.count("}}")
+        if opened != closed:
+            raise TomlEditError(
+                "%s: line %d: unbalanced Go template delimiters (%d `{{`, %d `}}`): %s. Keep each "
+                "template action on one line, closed with `}}`" % (path, number, opened, closed, line.strip()[:120]))
+        if opened:
+            lines[number - 1] = _PLACEHOLDER % len(originals)
+            originals.append(line)
+    return "\n".join(lines), originals
+
+
+def unmask_template(masked, originals):
+    if not originals:
+        return masked
+    lines = masked.split("\n")
+    for index, line in enumerate(lines):
+        match = _PLACEHOLDER_RE.match(line)
+        if match:
+            lines[index] = originals[int(match.group(1))]
+    return "\n".join(lines)
+
+
+# --- scanning tables with their line ranges -------------------------------------------------------
+
+class Table:
+    __slots__ = ("path", "array", "start", "content_end", "end")
+
+    def __init__(self, path, array, start):
+        self.path, self.array, self.start = path, array, start
+        self.content_end = self.end = start + 1
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def parse_key(text):
+    """A dotted TOML key into its parts, honouring quotes."""
+    parts, index, size = [], 0, len(text)
+    while True:
+        while index < size and text[index] in " \t":
+            index += 1
+        if index >= size:
+            raise ValueError("empty key")
+        char = text[index]
+        if char == '"':
+            end = index + 1
+            while end < size and text[end] != '"':
+                end += 2 if text[end] == "\\" else 1
+            parts.append(tomllib.loads("k = " + text[index:end + 1])["k"])
+            index = end + 1
+        elif char == "'":
+            end = text.index("'", index + 1)
+            parts.append(text[index + 1:end])
+            index = end + 1
+        else:
+            match = _BARE_KEY.match(text, index)
+            if not match:
+                raise ValueError("bad key")
+            parts.append(match.group(0))
+            index = match.end()
+        while index < size and text[index] in " \t":
+            index += 1
+        if index >= size:
+            return tuple(parts)
+        if text[index] != ".":
+            raise ValueError("bad key")
+        index += 1
+
+
+def _header_key(stripped):
+    """Key text of a `[a.b]` / `[[a.b]]` header line (comment removed), or None."""
+    array = stripped.startswith("[[")
+    body = stripped[2:] if array else stripped[1:]
+    index, quote = 0, None
+    while index < len(body):
+        char = body[index]
+        if quote:
+            if char == "\\" and quote == '"':
+                index += 2
+                continue
+            if char == quote:
+                quote = None
+        elif char in "\"'":
+            quote = char
+        elif char == "]":
+            return body[:index], array
+        index += 1
+    return None, array
+
+
+def _scan_value_chars(line, state):
+    """Update the multi-line state (open string / array depth) across one value line."""
+    index, size = 0, len(line)
+    while index < size:
+        if state["ml"]:
+            end = line.find(state["ml"], index)
+            if end < 0:
+                return
+            index = end + 3
+            state["ml"] = None
+            continue
+        char = line[index]
+        if char == "#":
+            return
+        if line.startswith('"""', index) or line.startswith("'''", index):
+            state["ml"] = line[index:index + 3]
+            index += 3
+            continue
+        if char == '"':
+            index += 1
+            while index < size and line[index] != '"':
+                index += 2 if line[index] == "\\" else 1
+        elif char == "'":
+            end = line.find("'", index + 1)
+            index = size if end < 0 else end
+        elif char in "[{":
+            state["depth"] += 1
+        elif char in "]}":
+            state["depth"] -= 1
+        index += 1
+
+
+def scan_tables(lines):
+    """Every explicit table header with its line range, in document order."""
+    tables = []
+    state = {"ml": None, "depth": 0}
+    current = None
+    for number, line in enumerate(lines):
+        stripped = line.strip()
+        if not state["ml"] and state["depth"] == 0 and stripped.startswith("["):
+            key_text, array = _header_key(stripped)
+            if key_text is not None:
+                current = Table(parse_key(key_text), array, number)
+                tables.append(current)
+                continue
+        if current is not None:
+            current.end = number + 1
+            if state["ml"] or state["depth"] or (stripped and not stripped.startswith("#")):
+                current.content_end = number + 1
+        if state["ml"] or state["depth"] or any(c in line for c in "\"'[{"):
+            _scan_value_chars(line, state)
+    return tables
+
+
+# --- rendering ----------------------------------------------------------------------------------
+
+def _key_text(path):
+    """Dotted key text, each part quoted by tomlkit only where TOML needs it."""
+    require_tomlkit()
+    return ".".join(tomlkit.key(part).as_string() for part in path)
+
+
+def render_table(path, values):
+    """One table as lines: `[header]` then `  key = value` (k3s's layout)."""
+    require_tomlkit()
+    lines = ["[%s]" % _key_text(path)]
+    for key, value in values.items():
+        lines.append("  %s = %s" % (tomlkit.key(key).as_string(), tomlkit.item(value).as_string()))
+    return lines
+
+
+def render_tables(items):
+    """TOML text for [(key path, {key: value})]; a runtime's options table follows it directly."""
+    lines = []
+    for path, values in items:
+        if lines and path[-1] != "options":
+            lines.append("")
+        lines.extend(render_table(path, values))
+    return "\n".join(lines) + "\n"
+
+
+def runtime_items(schema, runtime, systemd_cgroup_default):
+    """The two tables of one runtime: (runtime table, options table) as (path, values)."""
+    path = distro.runtime_table(schema, runtime["name"])
+    options = {"BinaryName": runtime["binary"]}
+    systemd_cgroup = runtime.get("systemd_cgroup")
+    if systemd_cgroup is None:
+        systemd_cgroup = systemd_cgroup_default
+    if systemd_cgroup is not None:
+        options["SystemdCgroup"] = bool(systemd_cgroup)
+    options.update(runtime.get("options") or {})
+    return [(path, {"runtime_type": runtime["runtime_type"]}), (path + ("options",), options)]
+
+
+def render_runtime_blocks(schema, runtimes, systemd_cgroup_default=None):
+    items = []
+    for runtime in runtimes:
+        items.extend(runtime_items(schema, runtime, systemd_cgroup_default))
+    return render_tables(items) if items else ""
+
+
+# --- reading values -------------------------------------------------------------------------------
+
+def _get(data, path):
+    for key in path:
+        if not isinstance(data, dict) or key not in data:
+            return None
+        data = data[key]
+    return data
+
+
+def _loads(masked, path):
+    try:
+        return tomllib.loads(masked)
+    except tomllib.TOMLDecodeError as exc:
+        raise TomlEditError("%s: %s. Fix that line; nothing was written" % (path, exc))
+
+
+# --- the edit ------------------------------------------------------------------------------------
+
+class Edit:
+    """Line-range edits on one document, applied bottom-up."""
+
+    def __init__(self, lines):
+        self.lines = lines
+        self.replacements = []  # (start, end, new_lines)
+        self.appends = []
+
+    def replace(self, start, end, new_lines):
+        for other_start, other_end, _new in self.replacements:
+            if start < other_end and other_start < end:
+                return
+        self.replacements.append((start, end, new_lines))
+
+    def result(self):
+        lines = list(self.lines)
+        for start, end, new_lines in sorted(self.replacements, reverse=True):
+            lines[start:end] = new_lines
+        text = "\n".join(lines)
+        if self.appends:
+            text = text.rstrip("\n")
+            text = (text + "\n\n" if text else "") + "\n".join(a.rstrip("\n") for a in self.appends) + "\n"
+        return text
+
+
+def _managed_names(plan):
+    names = set(n for n, _b in distro.NVIDIA_RUNTIMES)
+    names.update(r["name"] for r in plan["write"])
+    names.update(plan["remove"])
+    return names
+
+
+def _runtime_name_of(schema, path):
+    prefix = distro.containerd_table(schema) + ("runtimes",)
+    if len(path) > len(prefix) and path[:len(prefix)] == prefix:
+        return path[len(prefix)]
+    return None
+
+
+def _ranges_of(tables, path):
+    """Tables at path or below it (a runtime table and its options)."""
+    return [t for t in tables if t.path[:len(path)] == path]
+
+
+def _check_no_template_lines(lines, table, file_path):
+    for number in range(table.start, table.content_end):
+        if _PLACEHOLDER_RE.match(lines[number]):
+            raise TomlEditError(
+                "%s: line %d: a Go template action sits inside the table [%s] this module manages; "
+                "move the action out of that table" % (file_path, number + 1, _key_text(table.path)))
+
+
+def _remove_table_ranges(edit, tables, path, file_path):
+    for table in _ranges_of(tables, path):
+        _check_no_template_lines(edit.lines, table, file_path)
+        edit.replace(table.start, table.content_end, [])
+
+
+def _set_key(edit, tables, data, table_path, key, value, file_path):
+    """Set `key = value` in a table, editing its line if present, else adding it."""
+    current = _get(data, table_path + (key,))
+    if current == value and isinstance(current, type(value)):
+        return False
+    rendered = render_table(table_path, {key: value})
+    line_text = rendered[1].strip()
+    explicit = [t for t in tables if t.path == table_path and not t.array]
+    if not explicit:
+        if current is not None:
+            raise TomlEditError("%s: %s is set with a dotted key or an inline table; set it as "
+                                "%s = ... under [%s] by hand" % (file_path, key, key, _key_text(table_path)))
+        edit.appends.append("\n".join(rendered))
+        return True
+    table = explicit[0]
+    pattern = re.compile(r"^(\s*)%s\s*=" % re.escape(key))
+    for number in range(table.start + 1, table.content_end):
+        match = pattern.match(edit.lines[number])
+        if match:
+            edit.replace(number, number + 1, [match.group(1) + line_text])
+            return True
+    indent = re.match(r"^(\s*)", edit.lines[table.content_end - 1]).group(1) if table.content_end - 1 > table.start else ""
+    edit.replace(table.content_end, table.content_end, [indent + line_text])
+    return True
+
+
+def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None):
+    """New text of the target for the plan; None means the file should not exist.
+
+    text is the current content (None: absent). Raises TomlEditError, leaving nothing written.
+    """
+    target = plan["target"]
+    schema = target["schema"]
+    mode = target["mode"]
+    if mode == planner.MODE_DROPIN:
+        return _render_dropin(plan, schema)
+    if created_by_us is None:
+        created_by_us = text is not None and text.startswith(MANAGED_HEADER)
+    if text is None:
+        if not _has_changes(plan):
+            return None
+        text = _new_file_text(plan, schema, is_template, profile)
+        if text is None:
+            return None
+    masked, originals = mask_template(text, file_path) if is_template else (text, [])
+    data = _loads(masked, file_path)
+    lines = masked.split("\n")
+    tables = scan_tables(lines)
+    edit = Edit(lines)
+    reserved = set(tuple(t) for t in plan.get("reserved_tables") or [])
+    managed = _managed_names(plan)
+    removed_for_base = []
+    for table in tables:
+        if table.path not in reserved:
+            continue
+        name = _runtime_name_of(schema, table.path)
+        if name in managed and name not in [r["name"] for r in plan["write"]]:
+            _check_no_template_lines(lines, table, file_path)
+            edit.replace(table.start, table.content_end, [])
+            removed_for_base.append(name)
+            continue
+        raise TomlEditError(
+            "%s: line %d: [%s] is already emitted by the base template of %s %s, so containerd would "
+            "refuse the config (`table already exists`) and k3s would restart in a loop. Remove that "
+            "table from the template (a drop-in or default-runtime: in config.yaml is the way to change "
+            "it)" % (file_path, table.start + 1, _key_text(table.path), profile["distribution"], profile["release"]))
+    plan["removed_for_base"] = sorted(set(removed_for_base))
+    systemd_default = _runc_systemd_cgroup(data, schema) if profile["distribution"] == distro.CONTAINERD else None
+    if plan["state"] == "absent":
+        for name in plan["remove"]:
+            path = distro.runtime_table(schema, name)
+            if _get(data, path) is not None:
+                if not _ranges_of(tables, path):
+                    raise TomlEditError("%s: runtime %s is defined with dotted keys or inline tables; remove it by hand" % (
+                        file_path, name))
+                _remove_table_ranges(edit, tables, path, file_path)
+        default_name = _get(data, distro.containerd_table(schema) + ("default_runtime_name",))
+        if default_name in plan["remove"]:
+            _drop_key(edit, tables, distro.containerd_table(schema), "default_runtime_name")
+    else:
+        blocks = []
+        for runtime in plan["write"]:
+            items = runtime_items(schema, runtime, systemd_default)
+            path = items[0][0]
+            existing = _get(data, path)
+            if existing is None:
+                blocks.extend(items)
+                continue
+            if all(_get(data, p) is not None and all(_same(_get(data, p + (k,)), v) for k, v in values.items())
+                   for p, values in items):
+                continue
+            ranges = _ranges_of(tables, path)
+            if not ranges or any(_ranges_of(tables, p) == [] for p, _v in items if _get(data, p) is not None):
+                raise TomlEditError("%s: runtime %s is defined with dotted keys or inline tables; define it as "
+                                    "[%s] or remove it, then rerun" % (file_path, runtime["name"], _key_text(path)))
+            merged = []
+            for p, values in items:
+                current = dict((k, v) for k, v in (_get(data, p) or {}).items() if not isinstance(v, dict))
+                current.update(values)
+                merged.append((p, current))
+            for table in ranges:
+                _check_no_template_lines(lines, table, file_path)
+            first = ranges[0]
+            edit.replace(first.start, first.content_end, render_tables(merged).rstrip("\n").split("\n"))
+            for table in ranges[1:]:
+                edit.replace(table.start, table.content_end, [])
+        if blocks:
+            edit.appends.append(render_tables(blocks))
+        if plan.get("default_runtime") and plan["default_runtime"]["how"] == "toml":
+            _set_key(edit, tables, data, distro.containerd_table(schema), "default_runtime_name",
+                     plan["default_runtime"]["name"], file_path)
+        if plan.get("enable_cdi") is not None:
+            _set_key(edit, tables, data, distro.cri_table(schema), "enable_cdi", plan["enable_cdi"], file_path)
+        if mode == planner.MODE_CONFIG and profile["containerd"].startswith("1.") and plan["write"]:
+            _ensure_runc(edit, data, schema, plan, systemd_default)
+    new_masked = edit.result()
+    _loads(new_masked, file_path + " (after the edit)")
+    if is_template and reserved:
+        _check_composition(new_masked, reserved, file_path)
+    if created_by_us and _only_scaffolding(new_masked, is_template):
+        return None
+    return unmask_template(new_masked, originals)
+
+
+def _same(current, wanted):
+    return current == wanted and type(current) is type(wanted)
+
+
+def _drop_key(edit, tables, table_path, key):
+    pattern = re.compile(r"^\s*%s\s*=" % re.escape(key))
+    for table in tables:
+        if table.path == table_path:
+            for number in range(table.start + 1, table.content_end):
+                if pattern.match(edit.lines[number]):
+                    edit.replace(number, number + 1, [])
+
+
+def _runc_systemd_cgroup(data, schema):
+    value = _get(data, distro.runtime_table(schema, "runc") + ("options", "SystemdCgroup"))
+    return bool(value) if value is not None else False
+
+
+def _ensure_runc(edit, data, schema, plan, systemd_default):
+    """containerd 1.x drops its default runc entry once any runtimes table exists: keep one."""
+    default = _get(data, distro.containerd_table(schema) + ("default_runtime_name",)) or "runc"
+    if plan.get("default_runtime") and plan["default_runtime"]["how"] == "toml":
+        default = plan["default_runtime"]["name"]
+    if default != "runc" or _get(data, distro.runtime_table(schema, "runc")) is not None:
+        return
+    runc = {"name": "runc", "binary": None, "runtime_type": distro.RUNC_V2, "options": {}, "systemd_cgroup": systemd_default}
+    items = runtime_items(schema, runc, systemd_default)
+    items[1][1].pop("BinaryName")
+    plan.setdefault("notes", []).append(
+        "added a runc block: containerd %s replaces its default runtimes map with the file's, and "
+        "the CRI plugin fails without the default runtime runc" % schema)
+    edit.appends.insert(0, render_tables(items))
+
+
+def _check_composition(masked, reserved, file_path):
+    """Base tables + our text must load as one TOML document (what containerd will read)."""
+    base = "\n".join("[%s]" % _key_text(path) for path in sorted(reserved, key=len))
+    try:
+        tomllib.loads(base + "\n" + masked)
+    except tomllib.TOMLDecodeError as exc:
+        raise TomlEditError("%s: composed with the base template, the config would not load (%s); "
+                            "nothing was written" % (file_path, exc))
+
+
+def _only_scaffolding(masked, is_template):
+    for line in masked.split("\n"):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#") and not _PLACEHOLDER_RE.match(stripped):
+            continue
+        if _PLACEHOLDER_RE.match(stripped) and is_template:
+            continue
+        if stripped.startswith("version"):
+            continue
+        return False
+    return True
+
+
+def _has_changes(plan):
+    return bool(plan["write"]) or bool(plan.get("default_runtime") and plan["default_runtime"]["how"] == "toml") \
+        or plan.get("enable_cdi") is not None
+
+
+def _new_file_text(plan, schema, is_template, profile):
+    if plan["state"] == "absent":
+        return None
+    head = [MANAGED_HEADER]
+    if is_template:
+        head.append(BASE_LINE)
+    else:
+        head.append("version = %d" % schema)
+    return "\n".join(head) + "\n"
+
+
+def _render_dropin(plan, schema):
+    """A drop-in is wholly ours: its text follows from the plan alone."""
+    if plan["state"] == "absent" or not _has_changes(plan):
+        return None
+    items = []
+    if plan.get("enable_cdi") is not None:
+        items.append((distro.cri_table(schema), {"enable_cdi": plan["enable_cdi"]}))
+    if plan.get("default_runtime") and plan["default_runtime"]["how"] == "toml":
+        items.append((distro.containerd_table(schema), {"default_runtime_name": plan["default_runtime"]["name"]}))
+    for runtime in plan["write"]:
+        items.extend(runtime_items(schema, runtime, None))
+    return "%s\nversion = %d\n\n%s" % (MANAGED_HEADER, schema, render_tables(items))
+
+
+def render_default_runtime_yaml(name):
+    """config.yaml.d drop-in for k3s/rke2; the name is a DNS label, JSON quoting is valid YAML."""
+    return "%s\ndefault-runtime: %s\n" % (MANAGED_YAML_HEADER, json.dumps(name))
