@@ -124,20 +124,21 @@ def _stat_era_find(fs, dirs, binary):
     return None
 
 
-def _lookpath(fs, path_entries, binary):
+def _lookpath(fs, path_entries, binary, cwd="/"):
     """Go exec.LookPath as root: first PATH dir holding an executable non-directory wins.
 
-    The recorded path is dir + name, cleaned, symlinks not resolved. Relative entries (and the
-    empty entry, meaning ".") give exec.ErrDot in Go >= 1.19, which k3s treats as not found.
+    The recorded path is dir + name, cleaned, symlinks not resolved. A match in a relative entry
+    (the empty entry means ".") returns exec.ErrDot at once, which k3s treats as not found, so
+    the search stops there. systemd starts services in "/".
     """
     for directory in path_entries:
-        if not directory.startswith("/"):
-            continue
-        path = posixpath.normpath(posixpath.join(directory, binary))
+        path = posixpath.normpath(posixpath.join(cwd, directory or ".", binary))
         st = fs.stat(path)
         # root's faccessat(X_OK) succeeds on a non-directory when any execute bit is set
         if st is not None and not stat.S_ISDIR(st.st_mode) and st.st_mode & 0o111:
-            return path
+            if not directory.startswith("/"):
+                return None
+            return posixpath.normpath(posixpath.join(directory, binary))
     return None
 
 
@@ -169,7 +170,7 @@ def available_nvidia_runtimes(fs, k3s_found, service_path, toolkit_dirs):
     the user's toolkit dirs, then the service PATH, with LookPath rules.
     """
     by_name = dict((item["name"], item) for item in k3s_found)
-    search = [distro.GPU_OPERATOR_TOOLKIT_DIR] + list(toolkit_dirs) + service_path.split(":")
+    search = [d for d in [distro.GPU_OPERATOR_TOOLKIT_DIR] + list(toolkit_dirs) + service_path.split(":") if d.startswith("/")]
     result = []
     for name, binary in distro.NVIDIA_RUNTIMES:
         if name in by_name:
@@ -195,7 +196,6 @@ def _source_of(path, toolkit_dirs):
 # --- service environment ---------------------------------------------------------------------------
 
 _ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
-_VAR_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def _unquote(value):
@@ -204,18 +204,18 @@ def _unquote(value):
     return value
 
 
-def _expand(value, env):
-    return _VAR_REF.sub(lambda m: env.get(m.group(1) or m.group(2), ""), value)
-
-
 def parse_env_file(text, env):
-    """systemd EnvironmentFile= semantics we rely on: KEY=VALUE, quotes, comments, $VAR expansion."""
+    """systemd EnvironmentFile= semantics: KEY=VALUE, quotes, comments; NO $VAR expansion.
+
+    systemd stores values verbatim (src/basic/env-file.c), so `PATH=$PATH:/opt/x` sets PATH to that
+    literal string: the default dirs are gone and `$PATH` is a relative entry.
+    """
     for line in text.splitlines():
         if not line.strip() or line.lstrip().startswith(("#", ";")):
             continue
         match = _ENV_LINE.match(line)
         if match:
-            env[match.group(1)] = _expand(_unquote(match.group(2)), env)
+            env[match.group(1)] = _unquote(match.group(2))
 
 
 def _unit_directives(fs, unit, unit_dirs):
@@ -269,8 +269,21 @@ def service_environment(fs, distribution, unit):
             if text is not None:
                 sources.append(path)
                 parse_env_file(text, env)
+    exec_start = " ".join(v for k, v in directives if k == "ExecStart")
     return {"unit_file": unit_file, "env_files": sources, "path": env["PATH"],
-            "invocation_env_keys": sorted(env)}
+            "exec_start": exec_start}
+
+
+def cli_flag_value(command_line, flag):
+    """Value of `--flag value` / `--flag=value` on a unit's ExecStart (the last one wins)."""
+    value = None
+    tokens = [_unquote(t) for t in re.findall(r'"[^"]*"|\'[^\']*\'|\S+', command_line.replace("\\\n", " "))]
+    for index, token in enumerate(tokens):
+        if token == flag and index + 1 < len(tokens):
+            value = tokens[index + 1]
+        elif token.startswith(flag + "="):
+            value = token.split("=", 1)[1]
+    return value
 
 
 def _split_environment(value):
@@ -589,6 +602,10 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
         facts["files"]["generated_config"] = file_facts(fs, paths["config"], False)
         facts["release_runtimes"] = k3s_detected_runtimes(fs, profile, service["path"])
         value, source = k3s_config_value(fs, paths, "default-runtime")
+        # a flag on ExecStart comes after the config file's flags, so it wins
+        flag = cli_flag_value(service.get("exec_start", ""), "--default-runtime")
+        if flag is not None:
+            value, source = flag, service["unit_file"]
         facts["default_runtime"] = {"value": value, "source": source}
     if path:
         facts["files"]["override"] = file_facts(fs, path, True)

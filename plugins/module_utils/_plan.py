@@ -107,15 +107,16 @@ def select_target(facts, path=None):
         return {"mode": MODE_TEMPLATE, "path": paths[active], "schema": schema, "key": active, "template": active,
                 "reason": "%s %s reads the existing template %s; edited in place" % (
                     profile["distribution"], profile["release"], paths[active])}
+    key = "template_v3" if schema == 3 else "template_v2"
+    target = {"mode": MODE_TEMPLATE, "path": paths[key], "schema": schema, "key": key, "template": None,
+              "reason": "%s %s has no drop-in support; a template that includes base is created" % (
+                  profile["distribution"], profile["release"])}
     if not profile["base_template"]:
-        raise PlanError(
+        target["unsupported"] = (
             "%s %s has no `{{ template \"base\" . }}` (it came with v1.28.1), so adding a runtime would "
             "need a full copy of k3s's template. Upgrade to v1.28.1 or newer" % (
                 profile["distribution"], profile["release"]))
-    key = "template_v3" if schema == 3 else "template_v2"
-    return {"mode": MODE_TEMPLATE, "path": paths[key], "schema": schema, "key": key, "template": None,
-            "reason": "%s %s has no drop-in support; a template that includes base is created" % (
-                profile["distribution"], profile["release"])}
+    return target
 
 
 def _select_containerd(facts, path):
@@ -204,9 +205,7 @@ def reserved_tables(facts, target, default_runtime_via_flag):
     text = _file_text(facts, target["template"]) if target.get("template") else None
     tables = []
     if text is None or includes_base(text):
-        tables.extend(distro.BASE_TABLES_ALWAYS[schema])
-        if default_runtime_via_flag:
-            tables.extend(distro.BASE_TABLES_WITH_DEFAULT_RUNTIME[schema])
+        tables.extend(distro.base_tables(facts["profile"], schema, default_runtime_via_flag))
     for name in sorted(release_renders(facts, target)):
         tables.append(distro.runtime_table(schema, name))
         tables.append(distro.runtime_table(schema, name) + ("options",))
@@ -326,6 +325,9 @@ def make_plan(facts, runtimes=None, state="present", default_runtime=None, enabl
             runtime["systemd_cgroup"] = facts["systemd_cgroup"]
     _plan_default_runtime(facts, plan, default_runtime, renders, label)
     _plan_enable_cdi(facts, plan, enable_cdi, label)
+    if target.get("unsupported") and (plan["write"] or plan["enable_cdi"] is not None or (
+            plan["default_runtime"] or {}).get("how") == "toml"):
+        raise PlanError(target["unsupported"])
     via_flag = bool(facts.get("default_runtime", {}).get("value")) or (
         (plan["default_runtime"] or {}).get("how") == "config_yaml")
     if (plan["default_runtime"] or {}).get("how") == "toml" and facts.get("default_runtime", {}).get("value") \

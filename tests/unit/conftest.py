@@ -1,0 +1,102 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Sandbox node trees for the unit tests: a root prefix with fake toolkit binaries.
+
+The binaries are shell stubs: no GPU and no NVIDIA toolkit can run here, and detection only
+looks at names, types and permission bits.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+STUB = "#!/bin/sh\nexit 0\n"
+
+# Node layouts the engine is tested on: binary node paths per layout.
+LAYOUTS = {
+    "package": ["/usr/bin/nvidia-container-runtime", "/usr/bin/nvidia-container-runtime.cdi",
+                "/usr/bin/nvidia-container-runtime.legacy"],
+    "operator": ["/usr/local/nvidia/toolkit/nvidia-container-runtime", "/usr/local/nvidia/toolkit/nvidia-container-runtime.cdi",
+                 "/usr/local/nvidia/toolkit/nvidia-container-runtime.legacy",
+                 "/usr/local/nvidia/toolkit/nvidia-container-runtime.real"],
+    "custom_on_path": ["/opt/nvidia/bin/nvidia-container-runtime", "/opt/nvidia/bin/nvidia-container-runtime.cdi",
+                       "/opt/nvidia/bin/nvidia-container-runtime.legacy"],
+    "custom_off_path": ["/opt/nvidia/bin/nvidia-container-runtime", "/opt/nvidia/bin/nvidia-container-runtime.cdi",
+                        "/opt/nvidia/bin/nvidia-container-runtime.legacy"],
+    "legacy_only": ["/usr/bin/nvidia-container-runtime.legacy"],
+    "nothing": [],
+}
+
+
+class Sandbox:
+    def __init__(self, root):
+        self.root = root
+
+    def path(self, node_path):
+        return self.root + node_path
+
+    def write(self, node_path, content="", mode=0o644):
+        host = self.path(node_path)
+        os.makedirs(os.path.dirname(host), exist_ok=True)
+        data = content if isinstance(content, bytes) else content.encode("utf-8")
+        with open(host, "wb") as handle:
+            handle.write(data)
+        os.chmod(host, mode)
+        return host
+
+    def binary(self, node_path, mode=0o755):
+        return self.write(node_path, STUB, mode)
+
+    def symlink(self, node_path, target):
+        host = self.path(node_path)
+        os.makedirs(os.path.dirname(host), exist_ok=True)
+        os.symlink(target, host)
+
+    def mkdir(self, node_path):
+        os.makedirs(self.path(node_path), exist_ok=True)
+
+    def read(self, node_path):
+        with open(self.path(node_path), "rb") as handle:
+            return handle.read()
+
+    def exists(self, node_path):
+        return os.path.lexists(self.path(node_path))
+
+    def k3s(self, distribution="k3s", layout="nothing"):
+        data_dir = "/var/lib/rancher/%s" % distribution
+        self.mkdir(data_dir + "/agent/etc/containerd")
+        for binary in LAYOUTS[layout]:
+            self.binary(binary)
+        if layout == "custom_on_path":
+            unit = "k3s" if distribution == "k3s" else "rke2-server"
+            self.write("/etc/default/%s" % unit, 'PATH="/opt/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"\n')
+        return self
+
+    def snapshot(self):
+        """Every file under the root with its bytes and mode, to prove nothing changed."""
+        result = {}
+        for directory, _dirs, files in os.walk(self.root):
+            for name in files:
+                host = os.path.join(directory, name)
+                if os.path.islink(host):
+                    result[host] = ("link", os.readlink(host))
+                else:
+                    with open(host, "rb") as handle:
+                        result[host] = (handle.read(), os.stat(host).st_mode)
+        return result
+
+
+@pytest.fixture
+def sandbox():
+    root = tempfile.mkdtemp(prefix="k3s-gpu-")
+    try:
+        yield Sandbox(root)
+    finally:
+        shutil.rmtree(root)
