@@ -239,7 +239,9 @@ def _unit_directives(fs, unit, unit_dirs):
     directives = []
     for path in files:
         section = None
-        for line in (fs.read_text(path) or "").splitlines():
+        # systemd joins a line ending in a backslash with the next one
+        text = re.sub(r"\\\n", " ", fs.read_text(path) or "")
+        for line in text.splitlines():
             line = line.strip()
             if line.startswith("["):
                 section = line
@@ -277,7 +279,7 @@ def service_environment(fs, distribution, unit):
 def cli_flag_value(command_line, flag):
     """Value of `--flag value` / `--flag=value` on a unit's ExecStart (the last one wins)."""
     value = None
-    tokens = [_unquote(t) for t in re.findall(r'"[^"]*"|\'[^\']*\'|\S+', command_line.replace("\\\n", " "))]
+    tokens = [_unquote(t) for t in re.findall(r'"[^"]*"|\'[^\']*\'|\S+', command_line)]
     for index, token in enumerate(tokens):
         if token == flag and index + 1 < len(tokens):
             value = tokens[index + 1]
@@ -354,8 +356,9 @@ def yaml_top_level_scalar(text, key):
         match = pattern.match(line)
         if match:
             raw = match.group(1)
-            if raw.startswith(("'", '"')):
-                raw = _unquote(raw)
+            if raw[:1] in ("'", '"'):
+                end = raw.find(raw[0], 1)
+                raw = raw[1:end] if end > 0 else raw[1:]
             else:
                 raw = raw.split(" #", 1)[0].strip()
             value = raw
@@ -430,7 +433,7 @@ def _cdi_spec_summary(path, text):
         version = yaml_top_level_scalar(text, "cdiVersion")
         in_devices = False
         for line in text.splitlines():
-            if re.match(r"^\S", line):
+            if re.match(r"^[^\s-]", line):
                 in_devices = bool(re.match(r"^devices\s*:", line))
                 continue
             match = re.match(r"^\s*-\s+name\s*:\s*['\"]?([^'\"\s]+)", line) if in_devices else None

@@ -1,0 +1,220 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Detection rules of each k3s era, service PATH, config.yaml, driver/CDI/operator facts."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
+
+RUNTIME = "/usr/bin/nvidia-container-runtime"
+
+
+def nvidia_binary(sandbox, release, distribution="k3s"):
+    facts = detect.gather(sandbox.root, distribution, release)
+    return dict((r["name"], r["binary"]) for r in facts["release_runtimes"]).get("nvidia")
+
+
+# stat era (<= v1.28.6, v1.29.0-1): fs.Stat, exec bit ignored; LookPath era: exec bit required
+@pytest.mark.parametrize("release,found", [
+    ("v1.28.6+k3s2", True), ("v1.29.1+k3s2", True),
+    ("v1.28.7+k3s1", False), ("v1.29.2+k3s1", False), ("v1.33.10+k3s1", False),
+])
+def test_non_executable_binary(sandbox, release, found):
+    sandbox.k3s().binary(RUNTIME, mode=0o644)
+    assert (nvidia_binary(sandbox, release) == RUNTIME) is found
+
+
+@pytest.mark.parametrize("release", ["v1.28.6+k3s2", "v1.31.6+k3s1"])
+def test_directory_is_skipped_and_next_dir_wins(sandbox, release):
+    sandbox.k3s().mkdir("/usr/local/nvidia/toolkit/nvidia-container-runtime")
+    sandbox.binary(RUNTIME)
+    assert nvidia_binary(sandbox, release) == RUNTIME
+
+
+@pytest.mark.parametrize("release", ["v1.28.6+k3s2", "v1.28.7+k3s1", "v1.31.6+k3s1"])
+def test_operator_dir_beats_usr_bin(sandbox, release):
+    sandbox.k3s("k3s", "package").binary("/usr/local/nvidia/toolkit/nvidia-container-runtime")
+    assert nvidia_binary(sandbox, release) == "/usr/local/nvidia/toolkit/nvidia-container-runtime"
+
+
+@pytest.mark.parametrize("release", ["v1.28.6+k3s2", "v1.31.6+k3s1"])
+def test_symlink_counts_with_unresolved_path_and_dangling_does_not(sandbox, release):
+    sandbox.k3s().binary("/opt/nvidia/real-runtime")
+    sandbox.symlink(RUNTIME, "/opt/nvidia/real-runtime")  # absolute target: resolved inside the sandbox
+    assert nvidia_binary(sandbox, release) == RUNTIME
+    sandbox.symlink("/usr/local/nvidia/toolkit/nvidia-container-runtime", "/opt/nvidia/missing")
+    assert nvidia_binary(sandbox, release) == RUNTIME
+
+
+def test_absolute_symlink_does_not_escape_root(sandbox):
+    # /bin/sh exists on the host, not in the sandbox: the link must be dangling here
+    sandbox.k3s().symlink(RUNTIME, "/bin/sh")
+    assert nvidia_binary(sandbox, "v1.31.6+k3s1") is None
+
+
+def test_fixed_path_era_ignores_service_path(sandbox):
+    sandbox.k3s("k3s", "custom_on_path")
+    assert nvidia_binary(sandbox, "v1.31.1+k3s1") is None
+    assert nvidia_binary(sandbox, "v1.31.2+k3s1") == "/opt/nvidia/bin/nvidia-container-runtime"
+
+
+def test_fixed_path_era_searches_usr_local_bin(sandbox):
+    sandbox.k3s().binary("/usr/local/bin/nvidia-container-runtime")
+    assert nvidia_binary(sandbox, "v1.28.6+k3s2") is None  # stat era: toolkit dir and /usr/bin only
+    assert nvidia_binary(sandbox, "v1.28.7+k3s1") == "/usr/local/bin/nvidia-container-runtime"
+
+
+def test_service_path_from_unit_dropin_and_env_files(sandbox):
+    sandbox.k3s().binary("/opt/a/nvidia-container-runtime")
+    sandbox.binary("/opt/b/nvidia-container-runtime")
+    sandbox.write("/etc/systemd/system/k3s-agent.service",
+                  "[Unit]\nDescription=k3s agent\n[Service]\nEnvironmentFile=-/etc/default/%N\n"
+                  "EnvironmentFile=-/etc/systemd/system/k3s-agent.service.env\nExecStart=/usr/local/bin/k3s agent\n")
+    sandbox.write("/etc/default/k3s-agent", "# comment\nPATH=/opt/b:/usr/bin\n")
+    assert nvidia_binary(sandbox, "v1.33.10+k3s1") == "/opt/b/nvidia-container-runtime"
+    sandbox.write("/etc/systemd/system/k3s-agent.service.env", "PATH='/opt/a:/usr/bin'\n")
+    assert nvidia_binary(sandbox, "v1.33.10+k3s1") == "/opt/a/nvidia-container-runtime"
+    facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
+    assert facts["units"] == ["k3s-agent"]
+    assert facts["service"]["env_files"] == ["/etc/default/k3s-agent", "/etc/systemd/system/k3s-agent.service.env"]
+
+
+def test_env_file_path_is_not_expanded(sandbox):
+    # systemd keeps `$PATH` literally: /usr/bin is then NOT on the service PATH
+    sandbox.k3s().binary("/usr/local/bin/nvidia-container-runtime")
+    sandbox.write("/etc/default/k3s", "PATH=$PATH:/opt/x\n")
+    facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
+    assert facts["service"]["path"] == "$PATH:/opt/x"
+    assert not [r for r in facts["release_runtimes"] if r["name"] == "nvidia"]
+
+
+def test_relative_path_entry_stops_the_search(sandbox):
+    # Go's LookPath returns ErrDot for a match in "." (cwd "/" under systemd); k3s treats it as not found
+    sandbox.k3s().binary("/nvidia-container-runtime")
+    sandbox.binary(RUNTIME)
+    sandbox.write("/etc/default/k3s", "PATH=:/usr/bin\n")
+    assert nvidia_binary(sandbox, "v1.33.10+k3s1") is None
+    sandbox.write("/etc/default/k3s", "PATH=/usr/bin:\n")
+    assert nvidia_binary(sandbox, "v1.33.10+k3s1") == RUNTIME
+
+
+def test_rke2_env_file_location(sandbox):
+    sandbox.k3s("rke2").binary("/opt/gpu/nvidia-container-runtime")
+    sandbox.write("/usr/local/lib/systemd/system/rke2-agent.service",
+                  "[Service]\nEnvironmentFile=-/etc/default/%N\nEnvironmentFile=-/usr/local/lib/systemd/system/%N.env\n")
+    sandbox.write("/usr/local/lib/systemd/system/rke2-agent.env", "HOME=/root\nPATH=/opt/gpu:/usr/bin\n")
+    assert nvidia_binary(sandbox, "v1.31.6+rke2r1", "rke2") == "/opt/gpu/nvidia-container-runtime"
+
+
+def test_environment_directive_in_unit_dropin(sandbox):
+    sandbox.k3s().binary("/opt/c/nvidia-container-runtime")
+    sandbox.write("/etc/systemd/system/k3s.service", "[Service]\nExecStart=/usr/local/bin/k3s server\n")
+    sandbox.write("/etc/systemd/system/k3s.service.d/10-path.conf", '[Service]\nEnvironment="PATH=/opt/c:/usr/bin"\n')
+    assert nvidia_binary(sandbox, "v1.31.6+k3s1") == "/opt/c/nvidia-container-runtime"
+
+
+def test_default_runtime_sources_in_order(sandbox):
+    sandbox.k3s()
+    sandbox.write("/etc/rancher/k3s/config.yaml", "node-label:\n  - gpu=true\ndefault-runtime: crun\n")
+    facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1")
+    assert facts["default_runtime"] == {"value": "crun", "source": "/etc/rancher/k3s/config.yaml"}
+    sandbox.write("/etc/rancher/k3s/config.yaml.d/10-x.yaml", 'default-runtime: "nvidia"  # gpu\n')
+    assert detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1")["default_runtime"]["value"] == "nvidia"
+    sandbox.write("/etc/systemd/system/k3s.service", "[Service]\nExecStart=/usr/local/bin/k3s \\\n    server --default-runtime=runc\n")
+    facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1")
+    assert facts["default_runtime"] == {"value": "runc", "source": "/etc/systemd/system/k3s.service"}
+
+
+def test_data_dir_from_config_yaml(sandbox):
+    sandbox.write("/etc/rancher/k3s/config.yaml", "data-dir: /data/k3s\n")
+    sandbox.mkdir("/data/k3s/agent/etc/containerd")
+    facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1")
+    assert facts["paths"]["template_v3"] == "/data/k3s/agent/etc/containerd/config-v3.toml.tmpl"
+
+
+def test_auto_distribution(sandbox):
+    with pytest.raises(detect.DetectError, match="neither k3s, rke2 nor containerd"):
+        detect.gather(sandbox.root, "auto", "v1.31.6+k3s1")
+    sandbox.k3s("rke2")
+    assert detect.gather(sandbox.root, "auto", "v1.31.6+rke2r1")["distribution"] == "rke2"
+    sandbox.k3s("k3s")
+    with pytest.raises(detect.DetectError, match="set distribution"):
+        detect.gather(sandbox.root, "auto", "v1.31.6+k3s1")
+
+
+def test_release_from_binary_needs_host_root(sandbox):
+    sandbox.k3s().binary("/usr/local/bin/k3s")
+    with pytest.raises(detect.DetectError, match="pass release="):
+        detect.gather(sandbox.root, "k3s")
+
+
+def test_release_from_binary_output():
+    assert detect.parse_version_output("k3s", "k3s version v1.31.2+k3s1 (6da20424)\ngo version go1.22.8\n") == "v1.31.2+k3s1"
+    assert detect.parse_version_output("rke2", "rke2 version v1.33.10+rke2r1 (0123456789abcdef)\n") == "v1.33.10+rke2r1"
+    assert detect.parse_version_output("containerd", "containerd github.com/containerd/containerd v1.6.20~ds1 1.6.20~ds1-1\n") == "1.6.20~ds1"
+    assert detect.parse_version_output("containerd", "containerd containerd.io 1.7.24 88bf19b\n") == "1.7.24"
+    assert detect.parse_version_output("k3s", "garbage") is None
+
+
+def test_run_command_used_for_release_on_host_root(monkeypatch, sandbox):
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        return 0, "k3s version v1.33.10+k3s1 (abcdef12)\n", ""
+    fs = detect.NodeFS("/")
+    monkeypatch.setattr(detect, "find_binary", lambda fs, d: "/usr/local/bin/k3s")
+    assert detect._release_of(fs, "k3s", None, run, True) == ("v1.33.10+k3s1", "/usr/local/bin/k3s")
+    assert calls == [["/usr/local/bin/k3s", "--version"]]
+
+
+def test_driver_devices_cdi_toolkit_operator(sandbox):
+    sandbox.k3s("k3s", "operator")
+    sandbox.write("/proc/driver/nvidia/version",
+                  "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (dvs-builder@U22)\n"
+                  "GCC version:  gcc version 12.3.0\n")
+    for dev in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"):
+        sandbox.write("/dev/" + dev)
+    sandbox.write("/etc/cdi/nvidia.yaml", "---\ncdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n"
+                  "  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n- name: all\n"
+                  "containerEdits:\n  env:\n  - NVIDIA_VISIBLE_DEVICES=void\n")
+    sandbox.write("/var/run/cdi/other.json", '{"cdiVersion": "0.6.0", "kind": "vendor.com/x", "devices": [{"name": "a"}]}')
+    sandbox.write("/var/lib/dpkg/status", "Package: nvidia-container-toolkit-base\nStatus: install ok installed\n"
+                  "Version: 1.18.1-1\n\nPackage: other\nStatus: install ok installed\nVersion: 1\n")
+    facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
+    assert facts["driver"] == {"loaded": True, "version": "580.95.05", "open_kernel_module": True,
+                               "devices": ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl"], "gpu_count": 2}
+    assert facts["cdi"]["nvidia_devices"] == ["0", "all"]
+    assert [s["kind"] for s in facts["cdi"]["specs"]] == ["nvidia.com/gpu", "vendor.com/x"]
+    assert facts["toolkit"]["version"] == "1.18.1-1"
+    assert facts["gpu_operator"]["present"] is True
+    assert [r["source"] for r in facts["runtimes"]] == ["k3s", "k3s", "gpu-operator"]
+
+
+def test_no_driver(sandbox):
+    sandbox.k3s()
+    facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
+    assert facts["driver"]["loaded"] is False and facts["driver"]["gpu_count"] == 0
+    assert facts["gpu_operator"]["present"] is False
+
+
+def test_plain_containerd(sandbox):
+    sandbox.binary("/usr/bin/containerd")
+    sandbox.write("/etc/containerd/config.toml", "version = 2\n")
+    sandbox.binary(RUNTIME)
+    facts = detect.gather(sandbox.root, "auto", "1.7.24")
+    assert facts["distribution"] == "containerd"
+    assert facts["release_runtimes"] == []
+    assert facts["runtimes"][0]["binary"] == RUNTIME
+    assert facts["files"]["config"]["version_line"] == 2
+
+
+def test_nodefs_reads_are_bounded(sandbox):
+    sandbox.write("/big", b"x" * (detect.MAX_CONFIG_BYTES + 10))
+    info = detect.file_facts(detect.NodeFS(sandbox.root), "/big", True)
+    assert info["error"] == "too_large" and "content" not in info
