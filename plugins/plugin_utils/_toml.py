@@ -269,22 +269,28 @@ def _loads(masked, path):
 # --- the edit ------------------------------------------------------------------------------------
 
 class Edit:
-    """Line-range edits on one document, applied bottom-up."""
+    """Line edits on one document, applied bottom-up: replace ranges, set lines, insert lines."""
 
     def __init__(self, lines):
         self.lines = lines
-        self.replacements = []  # (start, end, new_lines)
+        self.replacements = []  # (start, end, new_lines, order)
         self.appends = []
 
     def replace(self, start, end, new_lines):
-        for other_start, other_end, _new in self.replacements:
+        for other_start, other_end, _new, _order in self.replacements:
             if start < other_end and other_start < end:
                 return
-        self.replacements.append((start, end, new_lines))
+        self.replacements.append((start, end, new_lines, len(self.replacements)))
+
+    def set_line(self, number, text):
+        self.replace(number, number + 1, [text])
+
+    def insert(self, number, new_lines):
+        self.replacements.append((number, number, list(new_lines), len(self.replacements)))
 
     def result(self):
         lines = list(self.lines)
-        for start, end, new_lines in sorted(self.replacements, reverse=True):
+        for start, end, new_lines, _order in sorted(self.replacements, key=lambda r: (r[0], r[1], -r[3]), reverse=True):
             lines[start:end] = new_lines
         text = "\n".join(lines)
         if self.appends:
@@ -327,12 +333,11 @@ def _remove_table_ranges(edit, tables, path, file_path):
 
 
 def _set_key(edit, tables, data, table_path, key, value, file_path):
-    """Set `key = value` in a table, editing its line if present, else adding it."""
+    """Set `key = value` in a table: edit its line in place, else add the line (or the table at the end)."""
     current = _get(data, table_path + (key,))
-    if current == value and isinstance(current, type(value)):
+    if _same(current, value):
         return False
     rendered = render_table(table_path, {key: value})
-    line_text = rendered[1].strip()
     explicit = [t for t in tables if t.path == table_path and not t.array]
     if not explicit:
         if current is not None:
@@ -341,14 +346,20 @@ def _set_key(edit, tables, data, table_path, key, value, file_path):
         edit.appends.append("\n".join(rendered))
         return True
     table = explicit[0]
-    pattern = re.compile(r"^(\s*)%s\s*=" % re.escape(key))
+    pattern = re.compile(r"^(\s*)%s\s*=" % re.escape(tomlkit.key(key).as_string()))
     for number in range(table.start + 1, table.content_end):
         match = pattern.match(edit.lines[number])
         if match:
-            edit.replace(number, number + 1, [match.group(1) + line_text])
+            try:
+                tomllib.loads(edit.lines[number].strip())
+            except tomllib.TOMLDecodeError:
+                raise TomlEditError("%s: line %d: %s spans several lines; put it on one line so it can be "
+                                    "updated" % (file_path, number + 1, key))
+            edit.set_line(number, match.group(1) + rendered[1].strip())
             return True
-    indent = re.match(r"^(\s*)", edit.lines[table.content_end - 1]).group(1) if table.content_end - 1 > table.start else ""
-    edit.replace(table.content_end, table.content_end, [indent + line_text])
+    last = table.content_end - 1
+    indent = re.match(r"^(\s*)", edit.lines[last]).group(1) if last > table.start else "  "
+    edit.insert(table.content_end, [indent + rendered[1].strip()])
     return True
 
 
@@ -417,21 +428,21 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None):
             if all(_get(data, p) is not None and all(_same(_get(data, p + (k,)), v) for k, v in values.items())
                    for p, values in items):
                 continue
-            ranges = _ranges_of(tables, path)
-            if not ranges or any(_ranges_of(tables, p) == [] for p, _v in items if _get(data, p) is not None):
+            runtime_tables = [t for t in tables if t.path == path and not t.array]
+            if not runtime_tables:
                 raise TomlEditError("%s: runtime %s is defined with dotted keys or inline tables; define it as "
                                     "[%s] or remove it, then rerun" % (file_path, runtime["name"], _key_text(path)))
-            merged = []
-            for p, values in items:
-                current = dict((k, v) for k, v in (_get(data, p) or {}).items() if not isinstance(v, dict))
-                current.update(values)
-                merged.append((p, current))
-            for table in ranges:
+            for table in _ranges_of(tables, path):
                 _check_no_template_lines(lines, table, file_path)
-            first = ranges[0]
-            edit.replace(first.start, first.content_end, render_tables(merged).rstrip("\n").split("\n"))
-            for table in ranges[1:]:
-                edit.replace(table.start, table.content_end, [])
+            for table_path, values in items:
+                if any(t.path == table_path for t in tables):
+                    for key, value in values.items():
+                        _set_key(edit, tables, data, table_path, key, value, file_path)
+                elif _get(data, table_path) is None:
+                    edit.insert(runtime_tables[0].content_end, render_table(table_path, values))
+                else:
+                    raise TomlEditError("%s: [%s] is defined with dotted keys or an inline table; define it as a "
+                                        "table or remove it, then rerun" % (file_path, _key_text(table_path)))
         if blocks:
             edit.appends.append(render_tables(blocks))
         if plan.get("default_runtime") and plan["default_runtime"]["how"] == "toml":
