@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import difflib
 import posixpath
 import re
 
@@ -243,7 +244,8 @@ def check_options(name, runtime_type, options):
         return
     for key in options:
         if key not in distro.RUNC_OPTION_KEYS:
-            close = [k for k in distro.RUNC_OPTION_KEYS if k.lower() == str(key).lower()]
+            close = difflib.get_close_matches(str(key), distro.RUNC_OPTION_KEYS, 1, 0.6) or \
+                [k for k in distro.RUNC_OPTION_KEYS if k.lower() == str(key).lower()]
             hint = " (did you mean %s?)" % close[0] if close else ""
             raise PlanError(
                 "runtime %s: option %r is not an option of the %s shim%s; containerd would keep it "

@@ -1,0 +1,177 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Plan decisions and every bad input: a clear message naming the file/key/fix, nothing written."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+
+LEGACY = "/usr/bin/nvidia-container-runtime.legacy"
+CONTAINERD_DIR = "/var/lib/rancher/k3s/agent/etc/containerd"
+
+
+def run(sandbox, release="v1.31.6+k3s1", binaries=(), path=None, **params):
+    facts = detect.gather(sandbox.root, "k3s", release, binaries=binaries, path=path)
+    params.setdefault("path", path)
+    return changes.compute(facts, params)
+
+
+BAD_NAMES = ['nvidia"x', "nvidia.legacy", "nvidia\nx", "Nvidia", "", "a" * 64, "-nvidia", "nvidia x"]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES, ids=["quote", "dot", "newline", "upper", "empty", "long", "dash", "space"])
+def test_bad_runtime_name(sandbox, name):
+    sandbox.k3s("k3s", "package")
+    before = sandbox.snapshot()
+    with pytest.raises(planner.PlanError, match="lowercase DNS label"):
+        run(sandbox, runtimes=[{"name": name, "binary": LEGACY}])
+    assert sandbox.snapshot() == before
+
+
+@pytest.mark.parametrize("binary,message", [
+    ("usr/bin/nvidia-container-runtime.legacy", "must be an absolute path"),
+    ("/usr/bin/missing", "does not exist on the node"),
+    ("/usr/bin", "is a directory"),
+])
+def test_bad_binary(sandbox, binary, message):
+    sandbox.k3s("k3s", "package")
+    facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", binaries=[binary] if binary.startswith("/") else [])
+    with pytest.raises(planner.PlanError, match=message):
+        changes.compute(facts, {"runtimes": [{"name": "custom", "binary": binary}]})
+
+
+def test_non_executable_and_dangling_binary(sandbox):
+    sandbox.k3s().binary("/opt/x/rt", mode=0o644)
+    sandbox.symlink("/opt/x/dangling", "/opt/x/nowhere")
+    for binary, message in (("/opt/x/rt", "not executable"), ("/opt/x/dangling", "dangling symlink")):
+        facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", binaries=[binary])
+        with pytest.raises(planner.PlanError, match=message):
+            changes.compute(facts, {"runtimes": [{"name": "custom", "binary": binary}]})
+
+
+def test_option_typo_is_caught(sandbox):
+    sandbox.k3s("k3s", "package")
+    facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", binaries=[LEGACY])
+    with pytest.raises(planner.PlanError, match=r"'systemdcgroup' is not an option .* \(did you mean SystemdCgroup\?\)"):
+        changes.compute(facts, {"runtimes": [{"name": "nvidia-legacy", "binary": LEGACY, "options": {"systemdcgroup": True}}]})
+    with pytest.raises(planner.PlanError, match=r"'BinaryNme' .*did you mean BinaryName"):
+        changes.compute(facts, {"runtimes": [{"name": "nvidia-legacy", "binary": LEGACY, "options": {"BinaryNme": "/x"}}]})
+
+
+def test_enable_cdi_on_containerd_17_release_is_refused(sandbox):
+    sandbox.k3s("k3s", "package")
+    with pytest.raises(planner.PlanError, match=r"k3s v1.31.5\+k3s1 ships containerd 1.7.*base template already emits"):
+        run(sandbox, "v1.31.5+k3s1", enable_cdi=True)
+
+
+def test_enable_cdi_on_containerd_2_is_the_default(sandbox):
+    sandbox.k3s("k3s", "package")
+    plan, _c = run(sandbox, "v1.31.6+k3s1", enable_cdi=True)
+    assert any("already has enable_cdi = true by default" in n for n in plan["notes"])
+    plan, file_changes = run(sandbox, "v1.33.10+k3s1", enable_cdi=True)  # drop-in: set explicitly
+    assert "enable_cdi = true" in file_changes[0]["after"]
+
+
+def test_default_runtime_detected_goes_to_config_yaml(sandbox):
+    sandbox.k3s("k3s", "package")
+    plan, file_changes = run(sandbox, default_runtime="nvidia")
+    assert plan["default_runtime"]["how"] == "config_yaml"
+    yaml = [c for c in file_changes if c["node_path"].endswith(".yaml")][0]
+    assert yaml["node_path"] == "/etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml"
+    assert yaml["after"].splitlines()[1] == 'default-runtime: "nvidia"'
+
+
+def test_default_runtime_not_detected(sandbox):
+    sandbox.k3s("k3s", "package")
+    plan, file_changes = run(sandbox, "v1.31.6+k3s1", default_runtime="nvidia-legacy")
+    assert plan["default_runtime"]["how"] == "toml"
+    assert 'default_runtime_name = "nvidia-legacy"' in file_changes[0]["after"]
+    with pytest.raises(planner.PlanError, match="schema-2 base template already emits"):
+        run(sandbox, "v1.31.5+k3s1", default_runtime="nvidia-legacy")
+    with pytest.raises(planner.PlanError, match="neither detected by .* nor written"):
+        run(sandbox, "v1.31.6+k3s1", default_runtime="kata")
+    with pytest.raises(planner.PlanError, match="no default-runtime setting"):
+        run(sandbox, "v1.28.4+k3s2", default_runtime="nvidia")
+
+
+def test_default_runtime_toml_conflicts_with_config_yaml(sandbox):
+    sandbox.k3s("k3s", "package")
+    sandbox.write("/etc/rancher/k3s/config.yaml", "default-runtime: nvidia\n")
+    with pytest.raises(planner.PlanError, match="/etc/rancher/k3s/config.yaml sets default-runtime: nvidia"):
+        run(sandbox, "v1.31.6+k3s1", default_runtime="nvidia-legacy")
+
+
+def test_explicit_runtime_that_base_renders_with_another_binary(sandbox):
+    sandbox.k3s("k3s", "package").binary("/opt/x/nvidia-container-runtime")
+    facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", binaries=["/opt/x/nvidia-container-runtime"])
+    with pytest.raises(planner.PlanError, match="cannot declare its table a second time"):
+        changes.compute(facts, {"runtimes": [{"name": "nvidia", "binary": "/opt/x/nvidia-container-runtime"}]})
+    facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1", binaries=["/opt/x/nvidia-container-runtime"])
+    plan, _c = changes.compute(facts, {"runtimes": [{"name": "nvidia", "binary": "/opt/x/nvidia-container-runtime"}]})
+    assert plan["write"][0]["name"] == "nvidia" and "overrides" in plan["notes"][0]
+
+
+@pytest.mark.parametrize("kind", ["symlink", "directory", "large", "not_utf8"])
+def test_unusable_target_file(sandbox, kind):
+    sandbox.k3s("k3s", "package")
+    target = CONTAINERD_DIR + "/config-v3.toml.tmpl"
+    if kind == "symlink":
+        sandbox.write(CONTAINERD_DIR + "/real.tmpl", '{{ template "base" . }}\n')
+        sandbox.symlink(target, CONTAINERD_DIR + "/real.tmpl")
+        message = "is a symlink; refusing to write through it"
+    elif kind == "directory":
+        sandbox.mkdir(target)
+        message = "is a directory"
+    elif kind == "large":
+        sandbox.write(target, "# x\n" * (5 * 1024 * 1024 // 4))
+        message = "larger than the 1 MiB"
+    else:
+        sandbox.write(target, b'{{ template "base" . }}\n# caf\xe9\n')
+        message = r"not valid UTF-8 \(first bad byte on line 2\)"
+    before = sandbox.snapshot()
+    with pytest.raises(planner.PlanError, match=message) as info:
+        run(sandbox)
+    assert target in str(info.value)
+    assert sandbox.snapshot() == before
+
+
+def test_path_override(sandbox):
+    sandbox.k3s("k3s", "package")
+    with pytest.raises(planner.PlanError, match="must be absolute"):
+        run(sandbox, path="relative/x.toml")
+    plan, file_changes = run(sandbox, path="/etc/containerd/conf.d/gpu.toml")
+    assert plan["target"]["mode"] == "dropin" and file_changes[0]["node_path"] == "/etc/containerd/conf.d/gpu.toml"
+    plan, file_changes = run(sandbox, path=CONTAINERD_DIR + "/config.toml.tmpl")
+    assert plan["target"]["schema"] == 2 and file_changes[0]["after"].splitlines()[1] == toml.BASE_LINE
+
+
+def test_plain_containerd_v1_config_is_refused(sandbox):
+    sandbox.binary("/usr/bin/containerd")
+    sandbox.binary("/usr/bin/nvidia-container-runtime")
+    sandbox.write("/etc/containerd/config.toml", '[plugins.cri]\n  sandbox_image = "x"\n')
+    facts = detect.gather(sandbox.root, "containerd", "1.7.24")
+    with pytest.raises(planner.PlanError, match="has no `version` line"):
+        changes.compute(facts, {})
+
+
+def test_containerd_16_has_no_cdi(sandbox):
+    sandbox.binary("/usr/bin/containerd")
+    facts = detect.gather(sandbox.root, "containerd", "1.6.20")
+    with pytest.raises(planner.PlanError, match="containerd 1.6 .* has no CDI support"):
+        changes.compute(facts, {"enable_cdi": True})
+
+
+def test_runtime_info_plan_summary(sandbox):
+    sandbox.k3s("k3s", "package")
+    facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1")
+    summary = planner.summarize(planner.make_plan(facts))
+    assert summary["mode"] == "template" and [w["name"] for w in summary["write"]] == ["nvidia-legacy"]
+    assert sorted(s["name"] for s in summary["skip"]) == ["nvidia", "nvidia-cdi"]
