@@ -1,0 +1,77 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""runtime_info and the containerd_runtimes module entry point, run as Ansible runs them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.k3s_gpu.nvidia.plugins.modules import containerd_runtimes, runtime_info
+
+
+def run_module(module, capsys, args):
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            module.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_reports_detection_and_plan(sandbox, capsys):
+    sandbox.k3s("k3s", "package")
+    before = sandbox.snapshot()
+    result = run_module(runtime_info, capsys, {"root": sandbox.root, "release": "v1.31.6+k3s1", "_ansible_check_mode": True})
+    assert result["changed"] is False and not result.get("failed")
+    assert result["distribution"] == "k3s" and result["release_source"] == "option"
+    assert [r["name"] for r in result["release_runtimes"]] == ["nvidia", "nvidia-cdi"]
+    assert [(r["name"], r["source"]) for r in result["runtimes"]] == [("nvidia", "k3s"), ("nvidia-cdi", "k3s"), ("nvidia-legacy", "path")]
+    assert result["plan"]["mode"] == "template"
+    assert result["plan"]["path"] == "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
+    assert [w["name"] for w in result["plan"]["write"]] == ["nvidia-legacy"]
+    assert "content" not in result["files"]["template_v3"]
+    assert sandbox.snapshot() == before  # read-only
+
+
+def test_include_content(sandbox, capsys):
+    sandbox.k3s("k3s", "package")
+    sandbox.write("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl", '{{ template "base" . }}\n')
+    result = run_module(runtime_info, capsys, {"root": sandbox.root, "release": "v1.31.6+k3s1", "include_content": True})
+    assert result["files"]["template_v3"]["content"] == '{{ template "base" . }}\n'
+
+
+def test_plan_error_is_reported_not_raised(sandbox, capsys):
+    sandbox.k3s("k3s", "package")
+    sandbox.write("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl", b"\xff\xfe")
+    result = run_module(runtime_info, capsys, {"root": sandbox.root, "release": "v1.31.6+k3s1"})
+    assert not result.get("failed") and "not valid UTF-8" in result["plan"]["error"]
+
+
+@pytest.mark.parametrize("args,message", [
+    ({"release": "v1.26.3+k3s1"}, "older than the oldest release line this collection supports"),
+    ({"release": "v1.40.0+k3s1"}, "does not know yet"),
+    ({"distribution": "rke2", "release": "v1.31.6+k3s1"}, "is a k3s release, but distribution is rke2"),
+    ({}, "pass release="),
+    ({"distribution": "gpu"}, "value of distribution must be one of"),
+])
+def test_errors(sandbox, capsys, args, message):
+    sandbox.k3s("k3s", "package").binary("/usr/local/bin/k3s")
+    result = run_module(runtime_info, capsys, dict(args, root=sandbox.root))
+    assert result["failed"] is True and message in result["msg"]
+    assert "Traceback" not in result["msg"]
+
+
+def test_known_bad_release_warns(sandbox, capsys):
+    sandbox.k3s("k3s", "package")
+    result = run_module(runtime_info, capsys, {"root": sandbox.root, "release": "v1.28.3+k3s1"})
+    assert "8761" in json.dumps(result["warnings"])  # 2.19+ returns structured warnings
+
+
+def test_containerd_runtimes_module_needs_its_action_plugin(capsys):
+    result = run_module(containerd_runtimes, capsys, {})
+    assert result["failed"] is True and "action plugin" in result["msg"]
