@@ -66,10 +66,14 @@ def test_errors(sandbox, capsys, args, message):
     assert "Traceback" not in result["msg"]
 
 
-def test_known_bad_release_warns(sandbox, capsys):
+def test_known_bad_release_warns(sandbox, capsys, monkeypatch):
+    # record warn() calls: where they end up differs between ansible-core versions and whether
+    # controller code was imported in this process
+    warned = []
+    monkeypatch.setattr(runtime_info.AnsibleModule, "warn", lambda self, msg: warned.append(msg))
     sandbox.k3s("k3s", "package")
-    result = run_module(runtime_info, capsys, {"root": sandbox.root, "release": "v1.28.3+k3s1"})
-    assert "8761" in json.dumps(result["warnings"])  # 2.19+ returns structured warnings
+    run_module(runtime_info, capsys, {"root": sandbox.root, "release": "v1.28.3+k3s1"})
+    assert len(warned) == 1 and "8761" in warned[0]
 
 
 def test_containerd_runtimes_module_needs_its_action_plugin(capsys):
