@@ -74,7 +74,10 @@ class ActionModule(ActionBase):
                 continue
             outcome = self._apply(change, params, task_vars)
             if outcome.get("failed"):
-                result.update(failed=True, msg="writing %s failed: %s" % (change["path"], outcome.get("msg")))
+                # files written before this one stay written; report exactly that
+                written = [f for f in result["files"][:-1]]
+                result.update(failed=True, changed=bool(written), files=written,
+                              msg="writing %s failed: %s" % (change["path"], outcome.get("msg")))
                 return result
             entry["backup_file"] = outcome.get("backup_file")
         if any(params.get(k) is not None for k in _FILE_ARGS if k != "unsafe_writes"):

@@ -386,7 +386,7 @@ def _plan_enable_cdi(facts, plan, enable_cdi, label):
             return
         raise PlanError(
             "enable_cdi: %s ships containerd %s, where enable_cdi defaults to %s, and its base template "
-            "already emits [plugins.%s] that holds it, so a template cannot set it without breaking "
+            "already emits [plugins.\"%s\"] that holds it, so a template cannot set it without breaking "
             "containerd. Use a release with containerd 2 (v1.31.6+, v1.32.2+, CDI on by default), or leave "
             "enable_cdi unset" % (label, profile["containerd"], str(profile["cdi_default_on"]).lower(),
                                   distro.CRI_RUNTIME_PLUGIN[target["schema"]]))

@@ -61,7 +61,7 @@ def mask_template(text, path):
         opened, closed = line.count("{{"), line.count("}}")
         if opened != closed:
             raise TomlEditError(
-                "%s: line %d: unbalanced Go template delimiters (%d `{{`, %d `}}`): %s. Keep each "
+                "%s: line %d: unbalanced Go template delimiters (%d `{{`, %d `}}`) in %r; keep each "
                 "template action on one line, closed with `}}`" % (path, number, opened, closed, line.strip()[:120]))
         if opened:
             lines[number - 1] = _PLACEHOLDER % len(originals)
@@ -480,18 +480,19 @@ def _runc_systemd_cgroup(data, schema):
 
 
 def _ensure_runc(edit, data, schema, plan, systemd_default):
-    """containerd 1.x drops its default runc entry once any runtimes table exists: keep one."""
-    default = _get(data, distro.containerd_table(schema) + ("default_runtime_name",)) or "runc"
-    if plan.get("default_runtime") and plan["default_runtime"]["how"] == "toml":
-        default = plan["default_runtime"]["name"]
-    if default != "runc" or _get(data, distro.runtime_table(schema, "runc")) is not None:
+    """containerd 1.x replaces its default runtimes map with the file's: keep runc in it.
+
+    Without it the CRI plugin fails when runc is the default runtime, and pods that ask for
+    the runc handler fail in every case.
+    """
+    if _get(data, distro.runtime_table(schema, "runc")) is not None:
         return
     runc = {"name": "runc", "binary": None, "runtime_type": distro.RUNC_V2, "options": {}, "systemd_cgroup": systemd_default}
     items = runtime_items(schema, runc, systemd_default)
     items[1][1].pop("BinaryName")
     plan.setdefault("notes", []).append(
-        "added a runc block: containerd %s replaces its default runtimes map with the file's, and "
-        "the CRI plugin fails without the default runtime runc" % schema)
+        "added a runc block: containerd 1.x replaces its default runtimes map with the file's, and "
+        "the CRI plugin needs the runtime runc there")
     edit.appends.insert(0, render_tables(items))
 
 
