@@ -30,9 +30,16 @@ class NodeFS:
 
     def __init__(self, root):
         self.root = os.path.abspath(root or "/")
+        self._resolved = {}  # one read-only pass: a path resolves the same way throughout
 
     def host_path(self, node_path, follow=True):
         """The host path of a node path, with symlinks resolved within root (None if dangling/loop)."""
+        key = (node_path, follow)
+        if key not in self._resolved:
+            self._resolved[key] = self._resolve(node_path, follow)
+        return self._resolved[key]
+
+    def _resolve(self, node_path, follow):
         parts = [p for p in node_path.split("/") if p not in ("", ".")]
         resolved = []
         hops = 0

@@ -106,7 +106,9 @@ def parse_key(text):
             end = index + 1
             while end < size and text[end] != '"':
                 end += 2 if text[end] == "\\" else 1
-            parts.append(tomllib.loads("k = " + text[index:end + 1])["k"])
+            quoted = text[index:end + 1]
+            # escapes are rare in keys; let the TOML parser decode them when present
+            parts.append(tomllib.loads("k = " + quoted)["k"] if "\\" in quoted else quoted[1:-1])
             index = end + 1
         elif char == "'":
             end = text.index("'", index + 1)
@@ -127,8 +129,14 @@ def parse_key(text):
         index += 1
 
 
+_SIMPLE_HEADER = re.compile(r"""^\[(\[?)((?:[A-Za-z0-9_.\- \t]|"[^"\\]*"|'[^']*')+)\](\]?)\s*(?:#.*)?$""")
+
+
 def _header_key(stripped):
     """Key text of a `[a.b]` / `[[a.b]]` header line (comment removed), or None."""
+    match = _SIMPLE_HEADER.match(stripped)
+    if match and bool(match.group(1)) == bool(match.group(3)):
+        return match.group(2), bool(match.group(1))
     array = stripped.startswith("[[")
     body = stripped[2:] if array else stripped[1:]
     index, quote = 0, None
@@ -180,6 +188,9 @@ def _scan_value_chars(line, state):
         index += 1
 
 
+_MULTILINE_OPENERS = re.compile(r"[\[{]|\"\"\"|'''")
+
+
 def scan_tables(lines):
     """Every explicit table header with its line range, in document order."""
     tables = []
@@ -197,7 +208,9 @@ def scan_tables(lines):
             current.end = number + 1
             if state["ml"] or state["depth"] or (stripped and not stripped.startswith("#")):
                 current.content_end = number + 1
-        if state["ml"] or state["depth"] or any(c in line for c in "\"'[{"):
+        # single-line strings cannot carry state to the next line: only brackets and
+        # triple quotes can, so most lines need no character scan
+        if state["ml"] or state["depth"] or _MULTILINE_OPENERS.search(line):
             _scan_value_chars(line, state)
     return tables
 
@@ -453,9 +466,12 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None):
         if mode == planner.MODE_CONFIG and profile["containerd"].startswith("1.") and plan["write"]:
             _ensure_runc(edit, data, schema, plan, systemd_default)
     new_masked = edit.result()
-    _loads(new_masked, file_path + " (after the edit)")
+    if new_masked == masked:
+        return text  # nothing to change; the text was parsed above
     if is_template and reserved:
-        _check_composition(new_masked, reserved, file_path)
+        _check_composition(new_masked, reserved, file_path)  # also proves the new text alone parses
+    else:
+        _loads(new_masked, file_path + " (after the edit)")
     if created_by_us and _only_scaffolding(new_masked, is_template):
         return None
     return unmask_template(new_masked, originals)
@@ -502,6 +518,7 @@ def _check_composition(masked, reserved, file_path):
     try:
         tomllib.loads(base + "\n" + masked)
     except tomllib.TOMLDecodeError as exc:
+        _loads(masked, file_path + " (after the edit)")  # a fault of the text itself is named first
         raise TomlEditError("%s: composed with the base template, the config would not load (%s); "
                             "nothing was written" % (file_path, exc))
 

@@ -1,0 +1,104 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Engine cost per node: detect + plan + render + merge, with a 200-line user template and three
+runtimes to write. Prints medians and the peak memory of one call (tracemalloc).
+
+Run: benchmarks/run.sh engine   (or PYTHONPATH=.tmp/collections python benchmarks/engine_bench.py)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import tracemalloc
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
+
+RELEASE = "v1.31.6+k3s1"
+TEMPLATE = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
+TOOLKIT = "/opt/nvidia/toolkit"  # off the service PATH: k3s detects none, all three are ours
+
+
+def user_template(lines=200):
+    out = ["# site template", '{{ template "base" . }}', ""]
+    index = 0
+    while len(out) < lines - 4:
+        out += ["# site runtime %d" % index,
+                "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'site-%d']" % index,
+                '  runtime_type = "io.containerd.runc.v2"',
+                '  pod_annotations = ["io.site/%d"]' % index,
+                "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'site-%d'.options]" % index,
+                '  BinaryName = "/opt/site/bin/runtime-%d"' % index,
+                "  SystemdCgroup = true",
+                ""]
+        index += 1
+    out += ["{{ if .NodeConfig.AgentConfig.Snapshotter }}", "# snapshotter set", "{{ end }}"]
+    return "\n".join(out[:lines]) + "\n"
+
+
+def make_node(root, template_text):
+    os.makedirs(root + TOOLKIT, exist_ok=True)
+    for name in ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy"):
+        path = root + TOOLKIT + "/" + name
+        with open(path, "w") as handle:
+            handle.write("#!/bin/sh\n")
+        os.chmod(path, 0o755)
+    os.makedirs(os.path.dirname(root + TEMPLATE), exist_ok=True)
+    with open(root + TEMPLATE, "w") as handle:
+        handle.write(template_text)
+
+
+def one_node(root):
+    facts = detect.gather(root, "k3s", RELEASE, toolkit_dirs=[TOOLKIT])
+    plan, file_changes = changes.compute(facts, {})
+    return plan, file_changes
+
+
+def measure(label, root, iterations):
+    one_node(root)  # warm imports and caches
+    times = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        plan, file_changes = one_node(root)
+        times.append((time.perf_counter() - start) * 1000)
+    tracemalloc.start()
+    one_node(root)
+    _current, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    times.sort()
+    print("%-34s median %6.2f ms  p90 %6.2f ms  min %6.2f ms  peak mem %5.0f KiB  (n=%d, written=%d, changed files=%d)" % (
+        label, statistics.median(times), times[int(len(times) * 0.9)], times[0], peak / 1024, iterations,
+        len(plan["write"]), len(file_changes)))
+    return statistics.median(times)
+
+
+def main():
+    iterations = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+    root = tempfile.mkdtemp(prefix="k3s-gpu-bench-")
+    try:
+        template = user_template(200)
+        assert template.count("\n") == 200
+        make_node(root, template)
+        print("engine benchmark: k3s %s, 200-line user template, 3 runtimes to write; python %s" % (
+            RELEASE, sys.version.split()[0]))
+        measure("first run (blocks appended)", root, iterations)
+        _plan, file_changes = one_node(root)
+        with open(root + TEMPLATE, "w") as handle:
+            handle.write(file_changes[0]["after"])
+        measure("steady state (nothing to change)", root, iterations)
+        with open(root + TEMPLATE, "w") as handle:
+            handle.write(file_changes[0]["after"].replace(TOOLKIT + "/nvidia-container-runtime.legacy", "/old/path"))
+        measure("update (one BinaryName in place)", root, iterations)
+    finally:
+        shutil.rmtree(root)
+
+
+if __name__ == "__main__":
+    main()
