@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Benchmarks (figures are recorded in benchmarks/RESULTS.md, never asserted in tests).
+#   benchmarks/run.sh            # engine + task ratio
+#   benchmarks/run.sh engine     # engine only
+#   benchmarks/run.sh task       # containerd_runtimes task vs ansible.builtin.stat
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=scripts/lib.sh
+source "$HERE/../scripts/lib.sh"
+ROOT=$(repo_root)
+cd "$ROOT"
+VENV=$ROOT/.venv
+venv_ensure "$VENV" "$(find_python 3.11)" requirements.txt tests/requirements.txt
+COLL_PATH=$ROOT/.tmp/collections
+mkdir -p "$COLL_PATH/ansible_collections/k3s_gpu"
+ln -sfn ../../../.. "$COLL_PATH/ansible_collections/k3s_gpu/nvidia"
+what=${1:-all}
+
+if [[ $what == all || $what == engine ]]; then
+    PYTHONPATH=$COLL_PATH "$VENV/bin/python" benchmarks/engine_bench.py "${ENGINE_ITERATIONS:-300}"
+fi
+
+if [[ $what == all || $what == task ]]; then
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    PYTHONPATH=$COLL_PATH "$VENV/bin/python" - "$work/node" <<'PY'
+import sys
+sys.path.insert(0, "benchmarks")
+import engine_bench
+engine_bench.make_node(sys.argv[1], engine_bench.user_template(200))
+PY
+    printf 'bench ansible_connection=local ansible_python_interpreter=%s bench_root=%s\n' "$VENV/bin/python" "$work/node" >"$work/inventory"
+    ANSIBLE_COLLECTIONS_PATH=$COLL_PATH ANSIBLE_CALLBACK_PLUGINS=$HERE/callback_plugins ANSIBLE_CALLBACKS_ENABLED=task_timer \
+        TASK_TIMER_OUT=$work/times.jsonl ANSIBLE_STDOUT_CALLBACK=ansible.builtin.minimal ANSIBLE_DISPLAY_OK_HOSTS=0 \
+        "$VENV/bin/ansible-playbook" -i "$work/inventory" benchmarks/task_ratio.yml -e "bench_rounds=${TASK_ROUNDS:-20}" \
+        >"$work/play.log" 2>&1 || { cat "$work/play.log"; die "benchmark playbook failed"; }
+    "$VENV/bin/python" - "$work/times.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+def times(name):
+    return [r["seconds"] * 1000 for r in rows if r["task"] == name and r["status"] == "ok"]
+stat, ours = times("bench-stat"), times("bench-containerd_runtimes")
+print("task benchmark (local connection, 200-line template, 3 runtimes, no-op runs):")
+print("  ansible.builtin.stat                 median %6.1f ms  (n=%d)" % (statistics.median(stat), len(stat)))
+print("  k3s_gpu.nvidia.containerd_runtimes   median %6.1f ms  (n=%d)" % (statistics.median(ours), len(ours)))
+print("  ratio (median of per-round ratios)   %.2fx" % statistics.median(o / s for o, s in zip(ours, stat)))
+PY
+fi
