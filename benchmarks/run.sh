@@ -39,7 +39,7 @@ import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 def times(name):
     return [r["seconds"] * 1000 for r in rows if r["task"] == name and r["status"] == "ok"]
-stat, ours = times("bench-stat"), times("bench-containerd_runtimes")
+stat, ours = times("Bench stat"), times("Bench containerd_runtimes")
 print("task benchmark (local connection, 200-line template, 3 runtimes, no-op runs):")
 print("  ansible.builtin.stat                 median %6.1f ms  (n=%d)" % (statistics.median(stat), len(stat)))
 print("  k3s_gpu.nvidia.containerd_runtimes   median %6.1f ms  (n=%d)" % (statistics.median(ours), len(ours)))

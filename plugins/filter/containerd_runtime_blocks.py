@@ -14,8 +14,8 @@ description:
     for containerd config schema 2 (C(io.containerd.grpc.v1.cri)) or 3 (C(io.containerd.cri.v1.runtime)).
   - Keys are quoted by tomlkit, runtime names are checked (lowercase DNS labels), binaries must be absolute,
     and runc shim options are checked against the shim's known options.
-  - Takes a list of runtimes, or the result of M(k3s_gpu.nvidia.runtime_info), whose RV(k3s_gpu.nvidia.runtime_info#module:plan.write)
-    runtimes (those the release does not render itself) and schema are then used.
+  - Takes a list of runtimes, or the result of M(k3s_gpu.nvidia.runtime_info), whose C(plan.write) runtimes (see RV(k3s_gpu.nvidia.runtime_info#module:plan))
+    (those the release does not render itself) and schema are then used.
   - If you template a k3s/rke2 C(.tmpl) yourself, do not include runtimes the release detects; M(k3s_gpu.nvidia.containerd_runtimes) does that bookkeeping for you.
 author:
   - k3s_gpu.nvidia maintainers

@@ -35,11 +35,17 @@ author:
 requirements:
   - tomlkit on the controller
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.files
   - ansible.builtin.files
   - ansible.builtin.validate
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.actiongroups
+  - ansible.builtin.action_common_attributes.flow
+  # short name on purpose: ansible-doc resolves the FQCN form to the ansible.builtin.files fragment
+  - action_common_attributes.files
 attributes:
+  action_group:
+    support: full
+    membership: [k3s_gpu.nvidia.gpu]
   action:
     support: full
   async:
@@ -131,8 +137,8 @@ options:
     type: bool
     default: false
 notes:
-  - k3s and rke2 read templates and drop-ins at start; restart the k3s/rke2 service when RV(changed) (the
-    role M(k3s_gpu.nvidia.gpu_node) does that in a handler).
+  - k3s and rke2 read templates and drop-ins at start; restart the k3s/rke2 service when the task reports a change (the
+    planned role C(k3s_gpu.nvidia.gpu_node) will do that in a handler).
   - O(mode) defaults to V(0600) for files this module creates.
 seealso:
   - module: k3s_gpu.nvidia.runtime_info

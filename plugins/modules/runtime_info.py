@@ -27,8 +27,12 @@ author:
   - k3s_gpu.nvidia maintainers
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.actiongroups
   - ansible.builtin.action_common_attributes.facts
 attributes:
+  action_group:
+    support: full
+    membership: [k3s_gpu.nvidia.gpu]
   check_mode:
     support: full
   diff_mode:
@@ -88,7 +92,7 @@ options:
     type: bool
     default: false
 notes:
-  - The GPU is not needed; a node without a driver reports RV(driver.loaded=false).
+  - The GPU is not needed; a node without a driver reports C(loaded=false) in RV(driver).
 seealso:
   - module: k3s_gpu.nvidia.containerd_runtimes
 """
@@ -188,7 +192,7 @@ release_runtimes:
       runtime_type: io.containerd.runc.v2
 runtimes:
   description:
-    - The NVIDIA runtimes installed on the node. RV(runtimes[].source) is V(k3s) when the release detects it
+    - The NVIDIA runtimes installed on the node. C(source) is V(k3s) when the release detects it
       itself, else where it was found (V(gpu-operator), V(toolkit_dirs), V(path)).
   returned: success
   type: list
@@ -240,7 +244,7 @@ plan:
   description:
     - What M(k3s_gpu.nvidia.containerd_runtimes) would do for the NVIDIA runtimes found, with its default options -
       target mode (V(dropin), V(template), V(config)), path, schema, the runtimes to write, those skipped and why.
-    - When nothing can be written safely, RV(plan.error) says why.
+    - When nothing can be written safely, C(plan.error) says why.
   returned: success
   type: dict
   sample:

@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# The project's test command. On a fresh Debian 12 machine (as root, with pyenv's 3.11 and 3.12)
+# it installs what it needs and runs every test:
+#
+#   ./scripts/test.sh                  # every stage
+#   ./scripts/test.sh lint units       # setup (always, cheap when warm) + the stages named
+#   ./scripts/test.sh --list           # stage names
+#
+# Extra arguments for ansible-test integration: K3S_GPU_INTEGRATION_ARGS="--allow-destructive -v"
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=scripts/lib.sh
+source "$HERE/lib.sh"
+ROOT=$(repo_root)
+cd "$ROOT"
+
+# Stages in run order. To add one: write stage_<name>() below, add <name> here and a description.
+STAGES=(setup lint units sanity integration)
+declare -A STAGE_DESC=(
+    [setup]="apt packages, venvs, get-pip seed, collection paths"
+    [lint]="yamllint, shellcheck, ansible-lint production, antsibull-changelog/-docs lint, ansible-doc"
+    [units]="pytest (2.19); ansible-test units 2.19/py3.11 and 2.21/py3.12"
+    [sanity]="ansible-test sanity 2.19/py3.11 and 2.21/py3.12; compile+import on py3.8"
+    [integration]="ansible-test integration 2.19/py3.11"
+)
+
+NS=k3s_gpu
+NAME=nvidia
+FQ=$NS.$NAME
+PY_MAIN=3.11                      # ansible-core 2.19 (newest for 3.11)
+PY_NEW=3.12                       # ansible-core 2.21
+PY_TARGET_MIN=3.8                 # oldest target Python of ansible-core 2.19 (modules, module_utils)
+PYBIN=$ROOT/.tmp/pybin            # pythonX.Y links to real interpreters (pyenv shims fail there)
+VENV=$ROOT/.venv
+VENV_NEW=$ROOT/.venv-2.21
+COLL_PATH=$ROOT/.tmp/collections  # ansible_collections/k3s_gpu/nvidia -> the checkout (symlink)
+AT_DIR=$ROOT/.tmp/ansible-test/ansible_collections/$NS/$NAME  # real copy, for ansible-test
+
+# ansible_test VENV ARGS...: ansible-test from VENV, in the copy (refreshed by setup).
+ansible_test() {
+    local venv=$1
+    shift
+    use_venv "$venv"
+    unset ANSIBLE_COLLECTIONS_PATH ANSIBLE_COLLECTIONS_PATHS
+    cd "$AT_DIR"
+    ansible-test "$@"
+}
+
+# ------------------------------------------------------------------ setup
+stage_setup() {
+    # ansible-test sanity's shellcheck test needs the shellcheck program (it skips silently without it).
+    apt_ensure git ca-certificates tar coreutils findutils shellcheck
+    local py_main py_new py_min
+    py_main=$(find_python "$PY_MAIN")
+    py_new=$(find_python "$PY_NEW")
+    py_min=$(find_python "$PY_TARGET_MIN")
+    mkdir -p "$PYBIN"
+    ln -sfn "$py_min" "$PYBIN/python$PY_TARGET_MIN"
+    venv_ensure "$VENV" "$py_main" requirements.txt tests/requirements.txt
+    venv_ensure "$VENV_NEW" "$py_new" tests/requirements-2.21.txt
+    seed_get_pip "$VENV"
+    seed_get_pip "$VENV_NEW"
+
+    local link=$COLL_PATH/ansible_collections/$NS/$NAME
+    mkdir -p "$(dirname "$link")"
+    ln -sfn ../../../.. "$link"
+    [[ -f "$link/galaxy.yml" ]] || die "$link does not resolve to the checkout"
+
+    sync_copy "$ROOT" "$AT_DIR"
+    local count
+    count=$(git -C "$AT_DIR" ls-files -co --exclude-standard | wc -l)
+    ((count > 0)) || die "ansible-test copy $AT_DIR lists no files from git"
+    log "collection path (symlink): $link"
+    log "ansible-test copy: $AT_DIR ($count files)"
+    local v
+    for v in "$VENV" "$VENV_NEW"; do
+        log "$v: ansible-core $("$v/bin/python" -c 'from ansible.release import __version__ as v; print(v)')"
+    done
+}
+
+# ------------------------------------------------------------------ lint
+# ansible-doc must render every module, filter and role of the collection without error or warning.
+ansible_doc_all() {
+    local names=() n kind out rc fails=0 f
+    for f in plugins/modules/*.py; do
+        if [[ -e "$f" && "$(basename "$f")" != __init__.py ]]; then names+=("module:$(basename "$f" .py)"); fi
+    done
+    if compgen -G 'plugins/filter/*.py' >/dev/null; then
+        local err
+        err=$(mktemp)
+        out=$(ansible-doc -t filter -l "$FQ" --json 2>"$err") || { cat "$err"; rm -f "$err"; return 1; }
+        if grep -qE '\[(ERROR|WARNING)\]|ERROR!' "$err"; then
+            log "ansible-doc -t filter -l $FQ:"; cat "$err"; rm -f "$err"; return 1
+        fi
+        rm -f "$err"
+        mapfile -t f < <(printf '%s' "$out" | python -c 'import json,sys; [print(k) for k in json.load(sys.stdin)]')
+        ((${#f[@]})) || { log "plugins/filter has files but ansible-doc lists no filter for $FQ: $out"; return 1; }
+        for n in "${f[@]}"; do names+=("filter:${n#"$FQ".}"); done
+    fi
+    for f in roles/*/; do
+        if [[ -d "$f" ]]; then names+=("role:$(basename "$f")"); fi
+    done
+    ((${#names[@]})) || { log "no modules, filters or roles yet: nothing to render"; return 0; }
+    for n in "${names[@]}"; do
+        kind=${n%%:*}
+        rc=0
+        out=$(ansible-doc -t "$kind" "$FQ.${n#*:}" 2>&1 >/dev/null) || rc=$?
+        if ((rc)) || grep -qE '\[(ERROR|WARNING)\]|ERROR!' <<<"$out"; then
+            log "FAIL ansible-doc -t $kind $FQ.${n#*:} (exit $rc):"
+            log "$out"
+            fails=$((fails + 1))
+        else
+            log "ok   ansible-doc -t $kind $FQ.${n#*:}"
+        fi
+    done
+    return $((fails > 0))
+}
+
+# Run shellcheck on every git-visible *.sh file and every file with a sh/bash shebang (.ci/run, ...).
+shellcheck_all() {
+    local files=() f
+    while IFS= read -r -d '' f; do
+        [[ -f "$f" ]] || continue
+        if [[ "$f" == *.sh ]] || head -n1 "$f" | grep -qE '^#!.*[/ ](ba)?sh( |$)'; then files+=("$f"); fi
+    done < <(git ls-files -z --cached --others --exclude-standard)
+    ((${#files[@]})) || { log "no shell scripts"; return 0; }
+    log "shellcheck ${files[*]}"
+    shellcheck -x "${files[@]}"
+}
+
+# antsibull-docs needs the collection under ansible_collections/<ns>/<name>: lint through the symlink.
+docs_lint() {
+    cd "$COLL_PATH/ansible_collections/$NS/$NAME"
+    antsibull-docs lint-collection-docs --plugin-docs .
+}
+
+stage_lint() {
+    use_venv "$VENV"
+    export ANSIBLE_COLLECTIONS_PATH=$COLL_PATH
+    check "yamllint -s ." yamllint -s .
+    check "shellcheck (every shell script in git)" shellcheck_all
+    # --offline: no ansible-galaxy install into a cache (Galaxy is unreachable here, and the
+    # collection is already on ANSIBLE_COLLECTIONS_PATH through the symlink).
+    check "ansible-lint (profile production)" ansible-lint --offline --profile production
+    check "antsibull-changelog lint" antsibull-changelog lint
+    check "antsibull-docs lint-collection-docs --plugin-docs" docs_lint
+    check "ansible-doc renders every module/filter/role" ansible_doc_all
+    checks_result
+}
+
+# ------------------------------------------------------------------ units
+stage_units() {
+    if ! find tests/unit -name 'test_*.py' -print -quit 2>/dev/null | grep -q .; then
+        log "NO UNIT TESTS: tests/unit has no test_*.py yet"
+        return 1
+    fi
+    check "pytest tests/unit (ansible-core 2.19, py$PY_MAIN)" \
+        env PYTHONPATH="$COLL_PATH" "$VENV/bin/python" -m pytest tests/unit -q
+    check "ansible-test units (2.19, py$PY_MAIN)" ansible_test "$VENV" units --venv --python "$PY_MAIN"
+    check "ansible-test units (2.21, py$PY_NEW)" ansible_test "$VENV_NEW" units --venv --python "$PY_NEW"
+    checks_result
+}
+
+# ------------------------------------------------------------------ sanity
+# Modules and module_utils run on the nodes: compile and import them on the oldest target Python.
+sanity_target_min() {
+    export PATH="$PYBIN:$PATH"
+    ansible_test "$VENV" sanity --venv --python "$PY_TARGET_MIN" --test compile --test import
+}
+
+stage_sanity() {
+    check "ansible-test sanity (2.19, py$PY_MAIN)" ansible_test "$VENV" sanity --venv --python "$PY_MAIN"
+    check "ansible-test sanity (2.21, py$PY_NEW)" ansible_test "$VENV_NEW" sanity --venv --python "$PY_NEW"
+    check "ansible-test sanity compile+import (2.19, target py$PY_TARGET_MIN)" sanity_target_min
+    checks_result
+}
+
+# ------------------------------------------------------------------ integration
+stage_integration() {
+    local targets=()
+    if [[ -d tests/integration/targets ]]; then
+        mapfile -t targets < <(find tests/integration/targets -mindepth 1 -maxdepth 1 -type d \
+            -not -name 'setup_*' -not -name 'prepare_*' -printf '%f\n' | sort)
+    fi
+    if ((${#targets[@]} == 0)); then
+        log "NO INTEGRATION TARGETS under tests/integration/targets: nothing to run (stage passes only in this case)"
+        return 0
+    fi
+    log "targets: ${targets[*]}"
+    local out=$ROOT/.tmp/integration.log
+    # shellcheck disable=SC2086  # word-splitting of the optional extra arguments is intended
+    ansible_test "$VENV" integration --venv --python "$PY_MAIN" ${K3S_GPU_INTEGRATION_ARGS:-} 2>&1 | tee "$out"
+    # Targets excluded by aliases (destructive, needs/..., skip/...) are not a pass.
+    if grep -qE 'All targets skipped|WARNING: Excluding tests marked' "$out"; then
+        log "integration targets were skipped (see above): fix their aliases or set K3S_GPU_INTEGRATION_ARGS"
+        return 1
+    fi
+}
+
+# ------------------------------------------------------------------ main
+usage() {
+    printf 'usage: %s [--list] [STAGE...]\nstages (run in this order; setup always runs first):\n' "$0"
+    local s
+    for s in "${STAGES[@]}"; do printf '  %-12s %s\n' "$s" "${STAGE_DESC[$s]}"; done
+}
+
+main() {
+    local arg s wanted=() selected=()
+    for arg in "$@"; do
+        case $arg in
+            -h | --help) usage; return 0 ;;
+            --list) printf '%s\n' "${STAGES[@]}"; return 0 ;;
+            -*) usage >&2; die "unknown option $arg" ;;
+            *) [[ -v "STAGE_DESC[$arg]" ]] || { usage >&2; die "unknown stage '$arg'"; }
+               wanted+=("$arg") ;;
+        esac
+    done
+    for s in "${STAGES[@]}"; do
+        if [[ $s == setup || ${#wanted[@]} -eq 0 || " ${wanted[*]} " == *" $s "* ]]; then
+            selected+=("$s")
+        fi
+    done
+
+    local start failed=0 passed=0
+    start=$(date +%s)
+    log "k3s_gpu.nvidia tests: ${selected[*]} (in $ROOT)"
+    for s in "${selected[@]}"; do
+        run_stage "$s"
+        if ((STAGE_RC)); then
+            failed=$((failed + 1))
+            if [[ $s == setup ]]; then
+                log "setup failed: not running the other stages"
+                break
+            fi
+        else
+            passed=$((passed + 1))
+        fi
+    done
+
+    printf '\n======== summary (%ss in all)\n' "$(($(date +%s) - start))"
+    printf '  %s\n' "${STAGE_RESULTS[@]}"
+    printf 'stages: %d passed, %d failed\n' "$passed" "$failed"
+    ((failed == 0))
+}
+
+main "$@"
