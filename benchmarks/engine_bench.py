@@ -64,7 +64,7 @@ def one_node(root):
 def measure(label, root, iterations):
     one_node(root)  # warm imports and caches
     times = []
-    for _ in range(iterations):
+    for _round in range(iterations):
         start = time.perf_counter()
         plan, file_changes = one_node(root)
         times.append((time.perf_counter() - start) * 1000)

@@ -21,8 +21,8 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as tom
 
 NEW_FILE_MODE = "0600"
 NEW_DIR_MODE = "0700"
-_FILE_ARGS = tuple(k for k in FILE_COMMON_ARGUMENTS if k not in ("src", "follow", "force", "content", "backup",
-                                                                "remote_src", "regexp", "delimiter", "directory_mode"))
+_NOT_FILE_ARGS = ("src", "follow", "force", "content", "backup", "remote_src", "regexp", "delimiter", "directory_mode")
+_FILE_ARGS = tuple(k for k in FILE_COMMON_ARGUMENTS if k not in _NOT_FILE_ARGS)
 
 
 class ActionModule(ActionBase):
@@ -75,7 +75,7 @@ class ActionModule(ActionBase):
             outcome = self._apply(change, params, task_vars)
             if outcome.get("failed"):
                 # files written before this one stay written; report exactly that
-                written = [f for f in result["files"][:-1]]
+                written = list(result["files"][:-1])
                 result.update(failed=True, changed=bool(written), files=written,
                               msg="writing %s failed: %s" % (change["path"], outcome.get("msg")))
                 return result

@@ -14,11 +14,12 @@ description:
     for containerd config schema 2 (C(io.containerd.grpc.v1.cri)) or 3 (C(io.containerd.cri.v1.runtime)).
   - Keys are quoted by tomlkit, runtime names are checked (lowercase DNS labels), binaries must be absolute,
     and runc shim options are checked against the shim's known options.
-  - Takes a list of runtimes, or the result of M(k3s_gpu.nvidia.runtime_info), whose C(plan.write) runtimes (see RV(k3s_gpu.nvidia.runtime_info#module:plan))
-    (those the release does not render itself) and schema are then used.
-  - If you template a k3s/rke2 C(.tmpl) yourself, do not include runtimes the release detects; M(k3s_gpu.nvidia.containerd_runtimes) does that bookkeeping for you.
+  - Takes a list of runtimes, or the result of M(k3s_gpu.nvidia.runtime_info), whose C(plan.write) runtimes
+    (see RV(k3s_gpu.nvidia.runtime_info#module:plan); those the release does not render itself) and schema are then used.
+  - If you template a k3s/rke2 C(.tmpl) yourself, do not include runtimes the release detects;
+    M(k3s_gpu.nvidia.containerd_runtimes) does that bookkeeping for you.
 author:
-  - k3s_gpu.nvidia maintainers
+  - k3s_gpu.nvidia maintainers (@k3s-gpu)
 options:
   _input:
     description: A list of runtimes (C(name), C(binary), optional C(runtime_type), C(options), C(systemd_cgroup)), or a M(k3s_gpu.nvidia.runtime_info) result.
@@ -29,7 +30,9 @@ options:
     type: int
     choices: [2, 3]
   systemd_cgroup:
-    description: C(SystemdCgroup) for runtimes that do not set C(systemd_cgroup); omitted when not set. For a M(k3s_gpu.nvidia.runtime_info) result, the node's value.
+    description:
+      - C(SystemdCgroup) for runtimes that do not set C(systemd_cgroup); omitted when not set.
+      - For a M(k3s_gpu.nvidia.runtime_info) result, the node's value.
     type: bool
 requirements:
   - tomlkit on the controller

@@ -396,7 +396,7 @@ _DRIVER_RE = re.compile(r"NVRM version:.*?Kernel Module(?:\s+for\s+\S+)?\s+(\d+(
 def driver_facts(fs):
     text = fs.read_text("/proc/driver/nvidia/version", 65536)
     devices = ["/dev/" + name for name in fs.listdir("/dev") if name.startswith("nvidia")]
-    gpus = [name for name in fs.listdir("/proc/driver/nvidia/gpus")]
+    gpus = list(fs.listdir("/proc/driver/nvidia/gpus"))
     if not gpus:
         gpus = [d for d in devices if re.match(r"^/dev/nvidia\d+$", d)]
     facts = {"loaded": text is not None, "version": None, "open_kernel_module": None,

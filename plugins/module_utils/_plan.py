@@ -91,7 +91,8 @@ def select_target(facts, path=None):
         _refuse_unusable(files[active], "template")
     active_text = _file_text(facts, active) if active else None
     dropin_dir = paths["dropin_dir_v3" if schema == 3 else "dropin_dir_v2"]
-    dropin = {"mode": MODE_DROPIN, "path": paths["dropin_v3" if schema == 3 else "dropin_v2"], "schema": schema, "key": "dropin_v3" if schema == 3 else "dropin_v2", "template": active}
+    dropin_key = "dropin_v3" if schema == 3 else "dropin_v2"
+    dropin = {"mode": MODE_DROPIN, "path": paths[dropin_key], "schema": schema, "key": dropin_key, "template": active}
     if profile["dropin_imports"] and profile["dropin_deep_merge"]:
         if active is None:
             dropin["reason"] = "%s %s imports %s/*.toml from its base template" % (

@@ -31,7 +31,7 @@ description:
   - When nothing is missing nothing is written, and a drop-in or template this module created earlier and
     no longer needs is removed.
 author:
-  - k3s_gpu.nvidia maintainers
+  - k3s_gpu.nvidia maintainers (@k3s-gpu)
 requirements:
   - tomlkit on the controller
 extends_documentation_fragment:
@@ -111,7 +111,9 @@ options:
         type: dict
         default: {}
       systemd_cgroup:
-        description: C(SystemdCgroup). Default - what k3s gives its own runtimes on this node (true under systemd); on plain containerd, the value of the C(runc) runtime.
+        description:
+          - C(SystemdCgroup). Default - what k3s gives its own runtimes on this node (true under systemd);
+            on plain containerd, the value of the C(runc) runtime.
         type: bool
   state:
     description: V(present) writes the missing blocks; V(absent) removes the named runtime tables (and this module's files).

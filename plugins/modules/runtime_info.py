@@ -24,7 +24,7 @@ description:
     and the plan M(k3s_gpu.nvidia.containerd_runtimes) would follow for the runtimes found.
   - Read-only. Needs only the Python standard library on the node.
 author:
-  - k3s_gpu.nvidia maintainers
+  - k3s_gpu.nvidia maintainers (@k3s-gpu)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.actiongroups

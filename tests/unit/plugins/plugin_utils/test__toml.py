@@ -14,7 +14,6 @@ import tomllib
 import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 
@@ -105,7 +104,7 @@ def test_absent_removes_only_our_tables(sandbox):
     facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1")
     _plan, file_changes = compute(facts, state="absent")
     after = file_changes[0]["after"]
-    removed = [line for line in changed_lines(USER_TEMPLATE, after)]
+    removed = changed_lines(USER_TEMPLATE, after)
     assert all(line.startswith("-") for line in removed)
     assert len(removed) == 5
     assert "{{- if .NodeConfig.AgentConfig.Snapshotter }}" in after and "# trailing comment belongs to the user" in after
