@@ -31,6 +31,7 @@ class NodeFS:
     def __init__(self, root):
         self.root = os.path.abspath(root or "/")
         self._resolved = {}  # one read-only pass: a path resolves the same way throughout
+        self._listings = {}
 
     def host_path(self, node_path, follow=True):
         """The host path of a node path, with symlinks resolved within root (None if dangling/loop)."""
@@ -102,6 +103,17 @@ class NodeFS:
         except OSError:
             return []
 
+    def may_exist(self, node_path):
+        """False when the parent directory surely lacks the name (one listing per directory)."""
+        parent, name = posixpath.split(node_path)
+        if parent not in self._listings:
+            host = self.host_path(parent)
+            try:
+                self._listings[parent] = frozenset(os.listdir(host)) if host else frozenset()
+            except OSError:
+                self._listings[parent] = frozenset()
+        return name in self._listings[parent]
+
     def read_bytes(self, node_path, limit=MAX_CONFIG_BYTES):
         host = self.host_path(node_path)
         if host is None:
@@ -140,7 +152,7 @@ def _lookpath(fs, path_entries, binary, cwd="/"):
     """
     for directory in path_entries:
         path = posixpath.normpath(posixpath.join(cwd, directory or ".", binary))
-        st = fs.stat(path)
+        st = fs.stat(path) if fs.may_exist(path) else None
         # root's faccessat(X_OK) succeeds on a non-directory when any execute bit is set
         if st is not None and not stat.S_ISDIR(st.st_mode) and st.st_mode & 0o111:
             if not directory.startswith("/"):
