@@ -331,15 +331,19 @@ def make_plan(facts, runtimes=None, state="present", default_runtime=None, enabl
     if target.get("unsupported") and (plan["write"] or plan["enable_cdi"] is not None or (
             plan["default_runtime"] or {}).get("how") == "toml"):
         raise PlanError(target["unsupported"])
-    via_flag = bool(facts.get("default_runtime", {}).get("value")) or (
-        (plan["default_runtime"] or {}).get("how") == "config_yaml")
-    if (plan["default_runtime"] or {}).get("how") == "toml" and facts.get("default_runtime", {}).get("value") \
-            and facts["default_runtime"].get("source") != facts["paths"].get("default_runtime_file"):
+    how = (plan["default_runtime"] or {}).get("how")
+    current = facts.get("default_runtime") or {}
+    # set by someone else (config.yaml, another drop-in, ExecStart); ours is rewritten or removed below
+    set_elsewhere = bool(current.get("value")) and current.get("source") != facts["paths"].get("default_runtime_file")
+    if how == "toml" and set_elsewhere:
         raise PlanError(
             "default_runtime %s must go into the containerd config (k3s does not detect it), but %s sets "
             "default-runtime: %s, which k3s validates against its detected runtimes. Remove that setting" % (
-                plan["default_runtime"]["name"], facts["default_runtime"]["source"], facts["default_runtime"]["value"]))
-    plan["reserved_tables"] = reserved_tables(facts, target, via_flag and (plan["default_runtime"] or {}).get("how") != "toml")
+                plan["default_runtime"]["name"], current["source"], current["value"]))
+    # after the next restart k3s passes --default-runtime when config.yaml(.d) or the unit sets it
+    via_flag = how == "config_yaml" or (set_elsewhere and how != "toml") or (
+        how is None and bool(current.get("value")) and state == "present")
+    plan["reserved_tables"] = reserved_tables(facts, target, via_flag)
     return plan
 
 
@@ -353,7 +357,11 @@ def _plan_default_runtime(facts, plan, name, renders, label):
         if not profile["default_runtime"]:
             raise PlanError("%s has no default-runtime setting (it came with v1.28.5 and v1.29.0); "
                             "upgrade, or give pods runtimeClassName instead" % label)
-        if name in renders or name == "runc":
+        if name == "runc":
+            raise PlanError("default_runtime runc: %s checks default-runtime against the runtimes it detects, "
+                            "which never include runc, so it would not start. runc is already the default: "
+                            "leave default_runtime unset" % label)
+        if name in renders:
             plan["default_runtime"] = {"name": name, "how": "config_yaml", "path": facts["paths"]["default_runtime_file"]}
             return
         if name not in written:

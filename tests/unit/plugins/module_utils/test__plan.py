@@ -102,6 +102,32 @@ def test_default_runtime_not_detected(sandbox):
         run(sandbox, "v1.28.4+k3s2", default_runtime="nvidia")
 
 
+def test_default_runtime_runc_is_refused_on_k3s(sandbox):
+    sandbox.k3s("k3s", "package")
+    with pytest.raises(planner.PlanError, match="never include runc"):
+        run(sandbox, default_runtime="runc")
+
+
+def test_default_runtime_moves_from_our_config_yaml_to_toml(sandbox):
+    # first nvidia (detected: config.yaml.d), then nvidia-legacy (ours: TOML); our yaml file goes away
+    sandbox.k3s("k3s", "package")
+    _plan, file_changes = run(sandbox, default_runtime="nvidia")
+    for change in file_changes:
+        sandbox.write(change["node_path"], change["after"])
+    plan, file_changes = run(sandbox, default_runtime="nvidia-legacy")
+    by_path = dict((c["node_path"], c["after"]) for c in file_changes)
+    assert by_path["/etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml"] is None
+    assert 'default_runtime_name = "nvidia-legacy"' in by_path[CONTAINERD_DIR + "/config-v3.toml.tmpl"]
+    assert ["plugins", "io.containerd.cri.v1.runtime", "containerd"] not in plan["reserved_tables"]
+
+
+def test_default_runtime_set_by_the_site_reserves_the_v3_containerd_table(sandbox):
+    sandbox.k3s("k3s", "package")
+    sandbox.write("/etc/rancher/k3s/config.yaml", "default-runtime: nvidia\n")
+    plan, _c = run(sandbox)
+    assert ["plugins", "io.containerd.cri.v1.runtime", "containerd"] in plan["reserved_tables"]
+
+
 def test_default_runtime_toml_conflicts_with_config_yaml(sandbox):
     sandbox.k3s("k3s", "package")
     sandbox.write("/etc/rancher/k3s/config.yaml", "default-runtime: nvidia\n")
