@@ -16,13 +16,14 @@ ROOT=$(repo_root)
 cd "$ROOT"
 
 # Stages in run order. To add one: write stage_<name>() below, add <name> here and a description.
-STAGES=(setup lint units sanity integration)
+STAGES=(setup lint units sanity integration conformance)
 declare -A STAGE_DESC=(
     [setup]="apt packages, venvs, get-pip seed, collection paths"
     [lint]="yamllint, shellcheck, ansible-lint production, antsibull-changelog/-docs lint, ansible-doc"
     [units]="pytest (2.19); ansible-test units 2.19/py3.11 and 2.21/py3.12"
     [sanity]="ansible-test sanity 2.19/py3.11 and 2.21/py3.12; compile+import on py3.8"
     [integration]="ansible-test integration 2.19/py3.11"
+    [conformance]="real containerd 1.6/1.7/2.x: config dump, daemon CRI status, pods for every engine case"
 )
 
 NS=k3s_gpu
@@ -196,6 +197,14 @@ stage_integration() {
         log "integration targets were skipped (see above): fix their aliases or set K3S_GPU_INTEGRATION_ARGS"
         return 1
     fi
+}
+
+# ------------------------------------------------------------------ conformance
+stage_conformance() {
+    check "install containerd 1.6 (apt), 1.7 and 2.x (Debian .debs, cached)" bash scripts/install-containerd.sh
+    check "pytest tests/conformance (real containerd)" \
+        env PYTHONPATH="$COLL_PATH" "$VENV/bin/python" -m pytest tests/conformance -q -p no:cacheprovider
+    checks_result
 }
 
 # ------------------------------------------------------------------ main
