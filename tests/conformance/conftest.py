@@ -119,10 +119,11 @@ def pytest_terminal_summary(terminalreporter):
     for line in lab.lab_only_overrides(3)[1].splitlines():
         write("  " + line)
     write("  BinaryName paths: the node paths relocated under each case's sandbox root, where the wrappers are")
-    for key, title in (("level1", "level 1 (config dump), cases"), ("level2-count", "level 2 (daemon, CRI Status)"),
-                       ("level3", "level 3 (pods): line, handler, origin, case")):
-        rows = report.get(key) or []
-        write("%s: %s" % (title, len(rows) if key == "level1" else ""))
-        if key != "level1":
-            for row in rows:
-                write("  " + row)
+    write("level 1 (config dump): %d cases" % len(report.get("level1") or []))
+    for row in report.get("level2-count") or []:
+        write("level 2 (daemon, CRI Status): " + row)
+    for row in report.get("level3-count") or []:
+        write("level 3 (pods): " + row)
+    counts = __import__("collections").Counter(report.get("level3") or [])
+    for (line, handler, origin), count in sorted(counts.items()):
+        write("  containerd %-4s %-14s defined by %-9s %3d pods" % (line, handler, origin, count))

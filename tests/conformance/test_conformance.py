@@ -113,15 +113,13 @@ def test_level2_daemon_cri_status(built, lab_daemon):
 
 
 def pod_plan(built_cases):
-    """(case, line, [handlers]): the first case offering each (line, handler, origin) not yet covered."""
+    """(case, line, [handlers]) for every distinct config and containerd line: all its NVIDIA handlers."""
     covered, plan = set(), []
     for group in distinct(built_cases):
         case = group[0]
         for line in case.containerd_lines:
-            handlers = [name for name, (_t, _b, origin) in sorted(case.expected.items())
-                        if name in NVIDIA and (line, name, origin) not in covered]
-            for name in handlers:
-                covered.add((line, name, case.expected[name][2]))
+            handlers = [name for name in sorted(case.expected) if name in NVIDIA]
+            covered.update((line, name, case.expected[name][2]) for name in handlers)
             if handlers:
                 plan.append((case, line, handlers))
     return plan, covered
@@ -157,12 +155,15 @@ def test_level3_pods_run_through_the_configured_binary(built, lab_daemon, lab_im
                 elif not any(call.startswith(binary + " ") and " create " in " %s " % call for call in calls):
                     failures.append("%s on %s, %s: %s never ran create: %s" % (case.id, line, handler, binary, calls))
                 else:
-                    REPORT["level3"].append("%-7s %-20s %-9s via %s" % (line, handler, case.expected[handler][2], case.id))
+                    REPORT["level3"].append((line, handler, case.expected[handler][2]))
         finally:
             daemon.close()
             case.write_dropin(run_pods=False)
     assert not failures, "\n".join(failures)
-    assert {(line, name) for line, name, _origin in covered} >= {("1.6", "nvidia"), ("1.7", "nvidia-cdi"), ("2.x", "nvidia-cdi")}
+    # every way a handler comes to be, on every containerd line that loads it, ran a pod
+    assert set(REPORT["level3"]) == covered
+    assert {origin for _l, _n, origin in covered} == {"base", "template", "dropin", "config"}
+    REPORT["level3-count"].append("%d pods in %d daemons" % (sum(len(h) for _c, _l, h in plan), len(plan)))
 
 
 # --- negative controls: the checks above do bite -------------------------------------------------
