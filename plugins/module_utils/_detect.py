@@ -412,12 +412,29 @@ def driver_facts(fs):
     if not gpus:
         gpus = [d for d in devices if re.match(r"^/dev/nvidia\d+$", d)]
     facts = {"loaded": text is not None, "version": None, "open_kernel_module": None,
-             "devices": devices, "gpu_count": len(gpus)}
+             "devices": devices, "gpu_count": len(gpus), "pci_gpus": pci_gpus(fs)}
     if text:
         match = _DRIVER_RE.search(text)
         facts["version"] = match.group(1) if match else None
         facts["open_kernel_module"] = "Open Kernel Module" in text
     return facts
+
+
+NVIDIA_PCI_VENDOR = "0x10de"
+# PCI classes of display controllers: VGA (0x0300xx) and 3D controllers (0x0302xx), as data-centre GPUs are
+GPU_PCI_CLASSES = ("0x0300", "0x0302")
+
+
+def pci_gpus(fs):
+    """NVIDIA GPUs on the PCI bus, driver loaded or not (what a fresh node has before the driver)."""
+    found = []
+    for device in fs.listdir("/sys/bus/pci/devices"):
+        base = "/sys/bus/pci/devices/" + device
+        vendor = (fs.read_text(base + "/vendor", 64) or "").strip()
+        device_class = (fs.read_text(base + "/class", 64) or "").strip()
+        if vendor == NVIDIA_PCI_VENDOR and device_class.startswith(GPU_PCI_CLASSES):
+            found.append(device)
+    return found
 
 
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
@@ -546,6 +563,43 @@ def _toml_version(text):
     return int(match.group(1)) if match else None
 
 
+_TABLE_HEADER = re.compile(r"^\s*\[\s*(.+?)\s*\]\s*(?:#.*)?$")
+_RUNTIME_IN_HEADER = re.compile(r"""\.\s*runtimes\s*\.\s*(?:"([^"]+)"|'([^']+)'|([A-Za-z0-9_-]+))\s*(?:\.\s*options\s*)?$""")
+_IMPORTS = re.compile(r"^\s*imports\s*=\s*\[(.*)\]", re.M)
+
+
+def config_runtimes(fs, path):
+    """Runtime handler names a containerd config declares as tables, following its `imports`.
+
+    What a person checks by reading the generated config.toml: the [...runtimes.<name>] headers
+    (stdlib only: nodes may lack tomllib). Returns (names, files read) or (None, []) if absent.
+    """
+    text = fs.read_text(path)
+    if text is None:
+        return None, []
+    names, files = set(), [path]
+    texts = [text]
+    match = _IMPORTS.search(text)
+    if match:
+        for pattern in re.findall(r'"([^"]+)"|\'([^\']+)\'', match.group(1)):
+            pattern = pattern[0] or pattern[1]
+            directory, glob_name = posixpath.split(pattern)
+            regex = re.compile("^" + re.escape(glob_name).replace("\\*", ".*") + "$")
+            for name in fs.listdir(directory):
+                if regex.match(name):
+                    imported = fs.read_text(directory + "/" + name)
+                    if imported is not None:
+                        files.append(directory + "/" + name)
+                        texts.append(imported)
+    for content in texts:
+        for line in content.splitlines():
+            header = _TABLE_HEADER.match(line)
+            runtime = _RUNTIME_IN_HEADER.search(header.group(1)) if header else None
+            if runtime:
+                names.add(runtime.group(1) or runtime.group(2) or runtime.group(3))
+    return sorted(names), files
+
+
 def systemd_running(fs):
     return fs.is_dir("/run/systemd/system")
 
@@ -643,6 +697,9 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
     facts["cdi"] = cdi_facts(fs)
     facts["toolkit"] = toolkit_facts(fs, run_command, root_is_host)
     facts["gpu_operator"] = operator_facts(fs)
+    names, read = config_runtimes(fs, paths["config"])
+    facts["loaded_config"] = {"path": paths["config"], "exists": names is not None, "runtimes": names or [],
+                              "files": read}
     return facts
 
 

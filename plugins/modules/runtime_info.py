@@ -216,10 +216,20 @@ systemd_cgroup:
   returned: success
   type: bool
 driver:
-  description: NVIDIA kernel driver - loaded, version, open kernel module, device nodes, GPU count.
+  description:
+    - NVIDIA kernel driver - loaded, version, open kernel module, device nodes, GPU count; and the NVIDIA GPUs
+      on the PCI bus (C(pci_gpus)), found with or without a driver.
   returned: success
   type: dict
-  sample: {loaded: true, version: "580.95.05", open_kernel_module: true, devices: [/dev/nvidia0, /dev/nvidiactl], gpu_count: 1}
+  sample: {loaded: true, version: "580.95.05", open_kernel_module: true, devices: [/dev/nvidia0, /dev/nvidiactl], gpu_count: 1,
+           pci_gpus: ["0000:17:00.0"]}
+loaded_config:
+  description:
+    - The config containerd loads (k3s/rke2 regenerate it at every start), whether it exists, and the runtime
+      handlers it declares as tables, counting the files it imports - what a person checks by reading it after a restart.
+  returned: success
+  type: dict
+  sample: {path: /var/lib/rancher/k3s/agent/etc/containerd/config.toml, exists: true, runtimes: [nvidia, nvidia-cdi, runc], files: []}
 cdi:
   description: CDI spec directories, the specs found (path, kind, version, device names), and the nvidia.com/gpu devices.
   returned: success

@@ -188,7 +188,8 @@ def test_driver_devices_cdi_toolkit_operator(sandbox):
                   "Version: 1.18.1-1\n\nPackage: other\nStatus: install ok installed\nVersion: 1\n")
     facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
     assert facts["driver"] == {"loaded": True, "version": "580.95.05", "open_kernel_module": True,
-                               "devices": ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl"], "gpu_count": 2}
+                               "devices": ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl"], "gpu_count": 2,
+                               "pci_gpus": []}
     assert facts["cdi"]["nvidia_devices"] == ["0", "all"]
     assert [s["kind"] for s in facts["cdi"]["specs"]] == ["nvidia.com/gpu", "vendor.com/x"]
     assert facts["toolkit"]["version"] == "1.18.1-1"
@@ -218,3 +219,30 @@ def test_nodefs_reads_are_bounded(sandbox):
     sandbox.write("/big", b"x" * (detect.MAX_CONFIG_BYTES + 10))
     info = detect.file_facts(detect.NodeFS(sandbox.root), "/big", True)
     assert info["error"] == "too_large" and "content" not in info
+
+
+def test_pci_gpus_before_the_driver(sandbox):
+    sandbox.k3s()
+    sandbox.write("/sys/bus/pci/devices/0000:17:00.0/vendor", "0x10de\n")
+    sandbox.write("/sys/bus/pci/devices/0000:17:00.0/class", "0x030200\n")
+    sandbox.write("/sys/bus/pci/devices/0000:18:00.0/vendor", "0x10de\n")
+    sandbox.write("/sys/bus/pci/devices/0000:18:00.0/class", "0x040300\n")  # its audio function
+    sandbox.write("/sys/bus/pci/devices/0000:00:02.0/vendor", "0x8086\n")
+    sandbox.write("/sys/bus/pci/devices/0000:00:02.0/class", "0x030000\n")
+    facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
+    assert facts["driver"]["pci_gpus"] == ["0000:17:00.0"] and facts["driver"]["loaded"] is False
+
+
+def test_loaded_config_runtimes_follow_imports(sandbox):
+    sandbox.k3s()
+    base = "/var/lib/rancher/k3s/agent/etc/containerd"
+    sandbox.write(base + "/config.toml", 'version = 3\nimports = ["%s/config-v3.toml.d/*.toml"]\n'
+                  "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n"
+                  "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'nvidia'.options]\n"
+                  "  # [plugins.x.runtimes.commented]\n" % base)
+    sandbox.write(base + "/config-v3.toml.d/50-x.toml",
+                  '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia-legacy]\n')
+    sandbox.write(base + "/config-v3.toml.d/README", "[plugins.a.containerd.runtimes.ignored]\n")
+    facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
+    assert facts["loaded_config"]["runtimes"] == ["nvidia", "nvidia-legacy", "runc"]
+    assert len(facts["loaded_config"]["files"]) == 2
