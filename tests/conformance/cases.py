@@ -62,6 +62,44 @@ def template_params(root):
             "cni_conf_dir": root + "/cni/net.d", "registry_dir": root + "/certs.d"}
 
 
+def relocate(text, root, binaries):
+    """Node paths of the runtime binaries -> their place under root (where the wrappers are)."""
+    for binary in binaries:
+        text = text.replace('"%s"' % binary, '"%s"' % (root + binary))
+    return text
+
+
+class Loaded:
+    """What containerd loads on a k3s/rke2 node after the next start: the composed config.toml and
+    the drop-ins it imports (host path, text), with the runtime binaries relocated under root."""
+
+    def __init__(self, facts, schema, base_text, config_text, dropin):
+        self.facts, self.profile, self.schema = facts, facts["profile"], schema
+        self.base_text, self.config_text, self.dropin = base_text, config_text, dropin
+
+
+def compose_node(root, distribution, release, binaries, toolkit_dirs=()):
+    """k3s's start-up step for containerd, on a node tree: detection, template choice, base, compose."""
+    facts = detect.gather(root, distribution, release, toolkit_dirs=toolkit_dirs)
+    profile, paths = facts["profile"], facts["paths"]
+    template_key = next((("template_v3" if name == distro.TEMPLATE_V3 else "template_v2") for name in profile["templates"]
+                         if facts["files"]["template_v3" if name == distro.TEMPLATE_V3 else "template_v2"]["state"] == "file"), None)
+    schema = distro.schema_of_template(os.path.basename(paths[template_key])) if template_key else profile["schema"]
+    detected = [dict(r, binary=root + r["binary"]) for r in facts["release_runtimes"]]
+    params = dict(template_params(root), detected=detected, systemd_cgroup=True,
+                  default_runtime=facts["default_runtime"]["value"], containerd_dir=root + paths["containerd_dir"])
+    base_text = base_fixtures.render_base(profile, schema, params)
+    template_text = facts["files"][template_key]["content"] if template_key else None
+    config_text = relocate(base_fixtures.compose(template_text, base_text), root, binaries)
+    dropin = None
+    dropin_key = "dropin_v3" if schema == 3 else "dropin_v2"
+    if profile["dropin_imports"] and facts["files"][dropin_key]["state"] == "file":
+        host = root + paths[dropin_key]
+        with open(host) as handle:
+            dropin = (host, relocate(handle.read(), root, binaries))
+    return Loaded(facts, schema, base_text, config_text, dropin)
+
+
 class Case:
     """One engine case, built in its own short sandbox dir under /tmp."""
 
@@ -84,26 +122,11 @@ class Case:
         facts = detect.gather(self.root, self.distribution, self.release, toolkit_dirs=options.get("toolkit_dirs", ()))
         self.plan, file_changes = changes.compute(facts, dict(options))
         self._apply(file_changes)
-        # what k3s sees at its next start
-        facts = detect.gather(self.root, self.distribution, self.release, toolkit_dirs=options.get("toolkit_dirs", ()))
-        self.profile = facts["profile"]
-        template_key = next((k for k in ("template_v3", "template_v2") if facts["files"][k]["state"] == "file"
-                             and k in ["template_v3" if n == distro.TEMPLATE_V3 else "template_v2" for n in self.profile["templates"]]), None)
-        self.template_path = facts["paths"][template_key] if template_key else None
-        self.schema = distro.schema_of_template(os.path.basename(self.template_path)) if template_key else self.profile["schema"]
-        detected = [dict(r, binary=self.root + r["binary"]) for r in facts["release_runtimes"]]
-        params = dict(template_params(self.root), detected=detected, systemd_cgroup=True,
-                      default_runtime=facts["default_runtime"]["value"],
-                      containerd_dir=self.root + paths["containerd_dir"])
-        self.base_text = base_fixtures.render_base(self.profile, self.schema, params)
-        template_text = facts["files"][template_key]["content"] if template_key else None
-        self.config_text = self.relocate(base_fixtures.compose(template_text, self.base_text))
-        if self.plan["target"]["mode"] == "dropin" and self.plan["write"]:
-            host = self.root + self.plan["target"]["path"]
-            with open(host) as handle:
-                self.dropin = (host, self.relocate(handle.read()))
-            self.write_dropin(run_pods=False)
-        self.expected = self._expected_runtimes(facts)
+        loaded = compose_node(self.root, self.distribution, self.release, binaries, options.get("toolkit_dirs", ()))
+        self.profile, self.schema, self.base_text = loaded.profile, loaded.schema, loaded.base_text
+        self.config_text, self.dropin = loaded.config_text, loaded.dropin
+        self.write_dropin(run_pods=False)
+        self.expected = self._expected_runtimes(loaded.facts)
         return self
 
     def _build_containerd(self):
@@ -168,11 +191,8 @@ class Case:
             return []
 
     def relocate(self, text):
-        """Node paths of the runtime binaries -> their place in the sandbox (the wrappers)."""
         layout = "package" if self.distribution == distro.CONTAINERD else self.layout
-        for binary in LAYOUTS[layout][0]:
-            text = text.replace('"%s"' % binary, '"%s"' % (self.root + binary))
-        return text
+        return relocate(text, self.root, LAYOUTS[layout][0])
 
     def _expected_runtimes(self, facts):
         """handler -> (runtime_type, BinaryName, origin) that containerd must end up with."""

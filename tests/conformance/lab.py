@@ -817,7 +817,20 @@ class Daemon:
                 raise LabError("containerd %s: no socket after %ss; log tail:\n%s" % (self.line, self.START_TIMEOUT, self.log(tail=40)))
             time.sleep(0.02)
         self._channel = grpc.insecure_channel("unix://" + self.socket)
+        self._wait_cri_initialized(deadline)
         return self
+
+    def _wait_cri_initialized(self, deadline):
+        """The socket answers before the CRI service is up ("server is not initialized yet"): wait
+        for any other answer (a CRI plugin in error answers UNIMPLEMENTED at once)."""
+        while True:
+            try:
+                self._runtime().Version(cri.VersionRequest(), timeout=5)
+                return
+            except grpc.RpcError as exc:
+                if "not initialized" not in (exc.details() or "") or time.monotonic() > deadline:
+                    return
+            time.sleep(0.05)
 
     def _take_slot(self):
         """Hold an exclusive flock on <workdir>/lab-<line>[.N]/slot.lock for the daemon's life."""
