@@ -16,7 +16,7 @@ ROOT=$(repo_root)
 cd "$ROOT"
 
 # Stages in run order. To add one: write stage_<name>() below, add <name> here and a description.
-STAGES=(setup lint units sanity integration conformance)
+STAGES=(setup lint units sanity integration conformance molecule)
 declare -A STAGE_DESC=(
     [setup]="apt packages, venvs, get-pip seed, collection paths"
     [lint]="yamllint, shellcheck, ansible-lint production, antsibull-changelog/-docs lint, ansible-doc"
@@ -24,6 +24,7 @@ declare -A STAGE_DESC=(
     [sanity]="ansible-test sanity 2.19/py3.11 and 2.21/py3.12; compile+import on py3.8"
     [integration]="ansible-test integration 2.19/py3.11"
     [conformance]="real containerd 1.6/1.7/2.x: config dump, daemon CRI status, pods for every engine case"
+    [molecule]="molecule scenarios of the gpu_node role (extensions/molecule)"
 )
 
 NS=k3s_gpu
@@ -204,6 +205,18 @@ stage_conformance() {
     check "install containerd 1.6 (apt), 1.7 and 2.x (Debian .debs, cached)" bash scripts/install-containerd.sh
     check "pytest tests/conformance (real containerd)" \
         env PYTHONPATH="$COLL_PATH" "$VENV/bin/python" -m pytest tests/conformance -q -p no:cacheprovider
+    checks_result
+}
+
+# ------------------------------------------------------------------ molecule
+stage_molecule() {
+    local scenario
+    check "install containerd (the scenarios verify in real containerd)" bash scripts/install-containerd.sh
+    # molecule shells out to ansible-config: the venv's bin must come first on PATH
+    for scenario in $(cd extensions/molecule && ls -d sandbox_*/ | tr -d /); do
+        check "molecule test -s $scenario" env PATH="$VENV/bin:$PATH" ANSIBLE_COLLECTIONS_PATH="$COLL_PATH" \
+            "$VENV/bin/molecule" test -s "$scenario"
+    done
     checks_result
 }
 

@@ -1,0 +1,207 @@
+#!/usr/bin/env python
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Local signed apt repositories of STAND-IN NVIDIA container toolkit packages (standin_debs.py).
+
+    apt_repo.py build [--force]     # both repos; cached (rebuilt when this code changes)
+    apt_repo.py info NAME           # repo.json: source line, keyring, fingerprint, versions
+
+Layout, flat like NVIDIA's https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /:
+  .cache/nodes/apt-repo/<name>/stable/deb/amd64/{*.deb,Packages,Packages.gz,Release,Release.gpg,InRelease}
+  .cache/nodes/apt-repo/<name>/{gpgkey (armored, like NVIDIA's URL), keyring.gpg (binary), fingerprint, repo.json}
+Nodes see .cache/nodes/apt-repo at /srv/nvidia-repo (read-only bind), so the apt source is
+  deb [signed-by=KEYRING] file:/srv/nvidia-repo/good/stable/deb/$(ARCH) /
+Repos: `good` (signed with the `good` key) and `wrongkey` (same packages, signed with the `other` key):
+with signed-by = good's keyring, `apt-get update` of `wrongkey` fails (NO_PUBKEY). Keys are made
+once with gpg in batch mode (no passphrase) and kept in .cache/nodes/apt-keys/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import email.utils
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import standin_debs  # noqa: E402  pylint: disable=wrong-import-position
+
+HERE = Path(__file__).resolve().parent
+CACHE = Path(os.environ.get("K3S_GPU_NODES_CACHE", str(HERE.parent.parent / ".cache" / "nodes")))
+REPO_ROOT = CACHE / "apt-repo"
+KEY_DIR = CACHE / "apt-keys"
+NODE_MOUNT = "/srv/nvidia-repo"
+VERSIONS = ("1.17.8-1", "1.18.0-1")
+REPOS = {"good": "good", "wrongkey": "other"}  # repo -> signing key
+DIST = "stable/deb"
+
+
+def arch():
+    return subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def build_deb(pkg, version, architecture, out_dir, work):
+    """dpkg-deb --build one package; return the .deb path."""
+    root = Path(work) / ("%s_%s" % (pkg["name"], version))
+    for rel, (text, mode) in pkg["files"].items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(mode)
+    for rel, target in pkg.get("links", {}).items():
+        (root / rel).symlink_to(target)
+    control = ["Package: " + pkg["name"], "Version: " + version, "Architecture: " + architecture,
+               "Maintainer: k3s_gpu.nvidia tests <tests@k3s-gpu.invalid>", "Section: utils", "Priority: optional",
+               "Homepage: https://github.com/NVIDIA/nvidia-container-toolkit"]
+    if pkg["depends"]:
+        control.append("Depends: " + pkg["depends"])
+    control.append("Description: STAND-IN for NVIDIA's %s (k3s_gpu.nvidia tests)\n shell stubs, no GPU code" % pkg["name"])
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN/control").write_text("\n".join(control) + "\n")
+    if pkg.get("conffiles"):
+        (root / "DEBIAN/conffiles").write_text("\n".join(pkg["conffiles"]) + "\n")
+    deb = Path(out_dir) / ("%s_%s_%s.deb" % (pkg["name"], version, architecture))
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)],
+                   check=True, capture_output=True)
+    return deb
+
+
+def _hashes(data):
+    return {name: hashlib.new(name, data).hexdigest() for name in ("md5", "sha1", "sha256")}
+
+
+def write_indexes(dist_dir):
+    """Packages, Packages.gz and an unsigned Release for a flat repo."""
+    stanzas = []
+    for deb in sorted(dist_dir.glob("*.deb")):
+        data = deb.read_bytes()
+        control = subprocess.run(["dpkg-deb", "-f", str(deb)], capture_output=True, text=True, check=True).stdout
+        digest = _hashes(data)
+        stanzas.append(control.rstrip("\n") + "\nFilename: ./%s\nSize: %d\nMD5sum: %s\nSHA1: %s\nSHA256: %s\n" % (
+            deb.name, len(data), digest["md5"], digest["sha1"], digest["sha256"]))
+    packages = "\n".join(stanzas).encode()
+    (dist_dir / "Packages").write_bytes(packages)
+    (dist_dir / "Packages.gz").write_bytes(gzip.compress(packages, mtime=0))
+    release = ["Origin: k3s_gpu.nvidia tests", "Label: stand-in libnvidia-container",
+               "Date: " + email.utils.formatdate(usegmt=True)]
+    files = {name: (dist_dir / name).read_bytes() for name in ("Packages", "Packages.gz")}
+    for field, algo in (("MD5Sum", "md5"), ("SHA1", "sha1"), ("SHA256", "sha256")):
+        release.append(field + ":")
+        release += [" %s %d %s" % (_hashes(data)[algo], len(data), name) for name, data in files.items()]
+    (dist_dir / "Release").write_text("\n".join(release) + "\n")
+
+
+class Gpg:
+    """A throw-away GNUPGHOME holding one cached signing key (made once, no passphrase)."""
+
+    def __init__(self, key_name):
+        self.key_name = key_name
+        self.home = tempfile.mkdtemp(prefix="k3sgpu-gpg-")  # short path: gpg-agent's socket lives here
+
+    def __enter__(self):
+        secret = KEY_DIR / (self.key_name + ".secret.asc")
+        if not secret.exists():
+            KEY_DIR.mkdir(parents=True, exist_ok=True)
+            uid = "k3s_gpu.nvidia stand-in repo key (%s) <%s@k3s-gpu.invalid>" % (self.key_name, self.key_name)
+            self.run("--passphrase", "", "--quick-gen-key", uid, "ed25519", "sign", "never")
+            secret.write_bytes(self.run("--armor", "--export-secret-keys"))
+        else:
+            self.run("--import", str(secret))
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run(["gpgconf", "--homedir", self.home, "--kill", "all"], capture_output=True, check=False)
+        shutil.rmtree(self.home, ignore_errors=True)
+
+    def run(self, *args):
+        argv = ["gpg", "--homedir", self.home, "--batch", "--yes", "--pinentry-mode", "loopback"] + list(args)
+        return subprocess.run(argv, capture_output=True, check=True).stdout
+
+    def fingerprint(self):
+        lines = self.run("--with-colons", "--list-secret-keys").decode().splitlines()
+        return next(line.split(":")[9] for line in lines if line.startswith("fpr:"))
+
+
+def build_repo(name, key_name, versions=VERSIONS):
+    """Build (replace) one repo; return its repo.json content."""
+    architecture = arch()
+    final = REPO_ROOT / name
+    REPO_ROOT.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".%s-" % name, dir=REPO_ROOT))
+    dist_dir = tmp / DIST / architecture
+    dist_dir.mkdir(parents=True)
+    with tempfile.TemporaryDirectory() as work:
+        for version in versions:
+            for pkg in standin_debs.packages(version):
+                build_deb(pkg, version, architecture, dist_dir, work)
+    write_indexes(dist_dir)
+    with Gpg(key_name) as gpg:
+        gpg.run("--clearsign", "-o", str(dist_dir / "InRelease"), str(dist_dir / "Release"))
+        gpg.run("--armor", "--detach-sign", "-o", str(dist_dir / "Release.gpg"), str(dist_dir / "Release"))
+        (tmp / "gpgkey").write_bytes(gpg.run("--armor", "--export"))
+        (tmp / "keyring.gpg").write_bytes(gpg.run("--export"))
+        fingerprint = gpg.fingerprint()
+    (tmp / "fingerprint").write_text(fingerprint + "\n")
+    node_dir = "%s/%s" % (NODE_MOUNT, name)
+    repo = {"name": name, "key": key_name, "fingerprint": fingerprint, "versions": list(versions),
+            "packages": [p["name"] for p in standin_debs.packages(versions[0])],
+            "url": "file:%s/%s/$(ARCH)" % (node_dir, DIST), "suite": "/",
+            "gpgkey_url": "file://%s/gpgkey" % node_dir, "keyring": node_dir + "/keyring.gpg",
+            "host_dir": str(final)}
+    repo["source_line"] = "deb [signed-by=%s] %s %s" % (repo["keyring"], repo["url"], repo["suite"])
+    (tmp / "repo.json").write_text(json.dumps(repo, indent=1) + "\n")
+    for path in [tmp] + list(tmp.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)  # the node's apt reads as _apt
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    return repo
+
+
+def _stamp():
+    code = b"".join((HERE / f).read_bytes() for f in ("apt_repo.py", "standin_debs.py"))
+    return hashlib.sha256(code + repr((VERSIONS, sorted(REPOS.items()))).encode()).hexdigest()
+
+
+def build_all(force=False):
+    """Build every repo unless the cached ones come from this code; return {name: repo.json}."""
+    stamp = REPO_ROOT / ".stamp"
+    if not force and stamp.exists() and stamp.read_text().strip() == _stamp() and all(
+            (REPO_ROOT / n / "repo.json").exists() for n in REPOS):
+        return {n: repo_info(n) for n in REPOS}
+    result = {name: build_repo(name, key) for name, key in REPOS.items()}
+    stamp.write_text(_stamp() + "\n")
+    return result
+
+
+def repo_info(name):
+    """repo.json of a built repo."""
+    return json.loads((REPO_ROOT / name / "repo.json").read_text())
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("build").add_argument("--force", action="store_true")
+    sub.add_parser("info").add_argument("name", choices=sorted(REPOS))
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        for name, repo in build_all(args.force).items():
+            print("%s: %s  (key %s)" % (name, repo["source_line"], repo["fingerprint"]))
+    else:
+        print(json.dumps(repo_info(args.name), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
