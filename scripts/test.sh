@@ -210,10 +210,11 @@ stage_conformance() {
 
 # ------------------------------------------------------------------ molecule
 stage_molecule() {
-    local scenario
+    local scenario scenarios
     check "install containerd (the scenarios verify in real containerd)" bash scripts/install-containerd.sh
+    mapfile -t scenarios < <(find extensions/molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' | xargs -n1 basename | sort)
     # molecule shells out to ansible-config: the venv's bin must come first on PATH
-    for scenario in $(cd extensions/molecule && ls -d sandbox_*/ | tr -d /); do
+    for scenario in "${scenarios[@]}"; do
         check "molecule test -s $scenario" env PATH="$VENV/bin:$PATH" ANSIBLE_COLLECTIONS_PATH="$COLL_PATH" \
             "$VENV/bin/molecule" test -s "$scenario"
     done
