@@ -9,11 +9,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/../scripts/lib.sh"
 ROOT=$(repo_root)
 cd "$ROOT"
-VENV=$ROOT/.venv
-venv_ensure "$VENV" "$(find_python 3.11)" requirements.txt tests/requirements.txt
-COLL_PATH=$ROOT/.tmp/collections
-mkdir -p "$COLL_PATH/ansible_collections/k3s_gpu"
-ln -sfn ../../../.. "$COLL_PATH/ansible_collections/k3s_gpu/nvidia"
+dev_env "$ROOT"
 what=${1:-all}
 
 if [[ $what == all || $what == engine ]]; then

@@ -222,3 +222,16 @@ use_venv() {
     export PATH="$1/bin:$PATH"
     unset PYTHONHOME
 }
+
+# ---------------------------------------------------------------- the main venv and collection path
+# dev_env ROOT: the venv (.venv, Python 3.11) and the collection path (.tmp/collections) that the
+# demo and the benchmarks run with; sets VENV and COLL_PATH. Run from ROOT: the requirement files
+# are named as scripts/test.sh names them, so that both share one venv stamp.
+dev_env() {
+    local root=$1
+    VENV=$root/.venv
+    COLL_PATH=$root/.tmp/collections
+    venv_ensure "$VENV" "$(find_python 3.11)" requirements.txt tests/requirements.txt
+    mkdir -p "$COLL_PATH/ansible_collections/k3s_gpu"
+    ln -sfn ../../../.. "$COLL_PATH/ansible_collections/k3s_gpu/nvidia"
+}
