@@ -56,7 +56,7 @@ def compute(facts, params):
         if key in _TEMPLATES and not text.startswith(toml.MANAGED_HEADER):
             continue
         # a file this module wrote for an earlier release or layout: take our tables out of it
-        cleanup = dict(plan, state="absent", remove=[r["name"] for r in plan["write"]] + [n for n, _b in distro.NVIDIA_RUNTIMES],
+        cleanup = dict(plan, state="absent", remove=sorted({r["name"] for r in plan["write"]} | {n for n, _b in distro.NVIDIA_RUNTIMES}),
                        target=dict(target, mode=planner.MODE_TEMPLATE if key in _TEMPLATES else planner.MODE_DROPIN,
                                    schema=3 if key.endswith("v3") else target["schema"] if key == "dropin" else 2))
         cleaned = toml.apply_plan(text, cleanup, other["path"], key in _TEMPLATES, profile, created_by_us=True)

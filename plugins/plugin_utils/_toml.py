@@ -292,7 +292,9 @@ class Edit:
     def replace(self, start, end, new_lines):
         for other_start, other_end, _new, _order in self.replacements:
             if start < other_end and other_start < end:
-                return
+                # two edits of the same lines would lose one of them: refuse rather than guess
+                raise TomlEditError("internal: overlapping edits of lines %d-%d and %d-%d; nothing was written"
+                                    % (start + 1, end, other_start + 1, other_end))
         self.replacements.append((start, end, new_lines, len(self.replacements)))
 
     def set_line(self, number, text):
@@ -391,9 +393,7 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None):
     if text is None:
         if not _has_changes(plan):
             return None
-        text = _new_file_text(plan, schema, is_template, profile)
-        if text is None:
-            return None
+        text = _new_file_text(schema, is_template)
     masked, originals = mask_template(text, file_path) if is_template else (text, [])
     data = _loads(masked, file_path)
     lines = masked.split("\n")
@@ -419,7 +419,7 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None):
     plan["removed_for_base"] = sorted(set(removed_for_base))
     systemd_default = _runc_systemd_cgroup(data, schema) if profile["distribution"] == distro.CONTAINERD else None
     if plan["state"] == "absent":
-        for name in plan["remove"]:
+        for name in dict.fromkeys(plan["remove"]):  # each name once, in order
             path = distro.runtime_table(schema, name)
             if _get(data, path) is not None:
                 if not _ranges_of(tables, path):
@@ -541,9 +541,8 @@ def _has_changes(plan):
         or plan.get("enable_cdi") is not None
 
 
-def _new_file_text(plan, schema, is_template, profile):
-    if plan["state"] == "absent":
-        return None
+def _new_file_text(schema, is_template):
+    """The scaffolding of a file this module creates: its header, and base or the version line."""
     head = [MANAGED_HEADER]
     if is_template:
         head.append(BASE_LINE)

@@ -247,3 +247,20 @@ def test_scan_ignores_brackets_in_strings_and_arrays():
 ])
 def test_parse_key(text, expected):
     assert toml.parse_key(text) == expected
+
+
+def test_overlapping_edits_are_refused_not_dropped():
+    edit = toml.Edit(["[a]", "x = 1", "[b]"])
+    edit.replace(0, 2, [])
+    with pytest.raises(toml.TomlEditError, match="overlapping edits"):
+        edit.replace(1, 2, ["x = 2"])
+
+
+def test_absent_with_explicit_names_removes_our_file(sandbox):
+    facts_for(sandbox)
+    _plan, file_changes = compute(detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1"))
+    sandbox.write(TEMPLATE_V3, file_changes[0]["after"])
+    facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1")
+    plan, file_changes = compute(facts, state="absent",
+                                 runtimes=[{"name": "nvidia-legacy"}, {"name": "nvidia-cdi"}])
+    assert file_changes[0]["after"] is None
