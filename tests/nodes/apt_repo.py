@@ -17,6 +17,9 @@ Nodes see .cache/nodes/apt-repo at /srv/nvidia-repo (read-only bind), so the apt
 Repos: `good` (signed with the `good` key) and `wrongkey` (same packages, signed with the `other` key):
 with signed-by = good's keyring, `apt-get update` of `wrongkey` fails (NO_PUBKEY). Keys are made
 once with gpg in batch mode (no passphrase) and kept in .cache/nodes/apt-keys/.
+Repo `cuda` (the `cuda` key) stands for NVIDIA's CUDA repository of Debian 12, laid out like
+https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/ with its key next to the
+packages as 3bf863cc.pub: the stand-in driver packages of standin_driver_debs.py.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import standin_debs  # noqa: E402  pylint: disable=wrong-import-position
+import standin_driver_debs  # noqa: E402  pylint: disable=wrong-import-position
 
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("K3S_GPU_NODES_CACHE", str(HERE.parent.parent / ".cache" / "nodes")))
@@ -44,6 +48,10 @@ NODE_MOUNT = "/srv/nvidia-repo"
 VERSIONS = ("1.17.8-1", "1.18.0-1")
 REPOS = {"good": "good", "wrongkey": "other"}  # repo -> signing key
 DIST = "stable/deb"
+CUDA_REPO, CUDA_KEY = "cuda", "cuda"
+CUDA_DIST = "compute/cuda/repos/debian12"
+CUDA_ARCH = {"amd64": "x86_64", "arm64": "sbsa"}
+CUDA_KEY_FILE = "3bf863cc.pub"  # where NVIDIA's CUDA repository keeps its key
 
 
 def arch():
@@ -65,7 +73,9 @@ def build_deb(pkg, version, architecture, out_dir, work):
                "Homepage: https://github.com/NVIDIA/nvidia-container-toolkit"]
     if pkg["depends"]:
         control.append("Depends: " + pkg["depends"])
-    control.append("Description: STAND-IN for NVIDIA's %s (k3s_gpu.nvidia tests)\n shell stubs, no GPU code" % pkg["name"])
+    if pkg.get("conflicts"):
+        control.append("Conflicts: " + pkg["conflicts"])
+    control.append("Description: STAND-IN for %s (k3s_gpu.nvidia tests)\n shell stubs, no GPU code" % pkg["name"])
     (root / "DEBIAN").mkdir(parents=True)
     (root / "DEBIAN/control").write_text("\n".join(control) + "\n")
     if pkg.get("conffiles"):
@@ -132,10 +142,36 @@ class Gpg:
         return next(line.split(":")[9] for line in lines if line.startswith("fpr:"))
 
 
-def build_repo(name, key_name, versions=VERSIONS):
-    """Build (replace) one repo; return its repo.json content."""
-    architecture = arch()
+def _sign_and_publish(name, key_name, tmp, dist_dir, extra_key_file=None):
+    """Sign dist_dir's Release, export the key, write repo.json fields common to every repo; move into place."""
+    write_indexes(dist_dir)
+    with Gpg(key_name) as gpg:
+        gpg.run("--clearsign", "-o", str(dist_dir / "InRelease"), str(dist_dir / "Release"))
+        gpg.run("--armor", "--detach-sign", "-o", str(dist_dir / "Release.gpg"), str(dist_dir / "Release"))
+        (tmp / "gpgkey").write_bytes(gpg.run("--armor", "--export"))
+        (tmp / "keyring.gpg").write_bytes(gpg.run("--export"))
+        if extra_key_file:
+            (dist_dir / extra_key_file).write_bytes(gpg.run("--armor", "--export"))
+        fingerprint = gpg.fingerprint()
+    (tmp / "fingerprint").write_text(fingerprint + "\n")
+    return fingerprint
+
+
+def _finish(tmp, name, repo):
+    repo["source_line"] = "deb [signed-by=%s] %s %s" % (repo["keyring"], repo["url"], repo["suite"])
+    (tmp / "repo.json").write_text(json.dumps(repo, indent=1) + "\n")
+    for path in [tmp] + list(tmp.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)  # the node's apt reads as _apt
     final = REPO_ROOT / name
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    return repo
+
+
+def build_repo(name, key_name, versions=VERSIONS):
+    """Build (replace) one toolkit repo; return its repo.json content."""
+    architecture = arch()
     REPO_ROOT.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".%s-" % name, dir=REPO_ROOT))
     dist_dir = tmp / DIST / architecture
@@ -144,42 +180,52 @@ def build_repo(name, key_name, versions=VERSIONS):
         for version in versions:
             for pkg in standin_debs.packages(version):
                 build_deb(pkg, version, architecture, dist_dir, work)
-    write_indexes(dist_dir)
-    with Gpg(key_name) as gpg:
-        gpg.run("--clearsign", "-o", str(dist_dir / "InRelease"), str(dist_dir / "Release"))
-        gpg.run("--armor", "--detach-sign", "-o", str(dist_dir / "Release.gpg"), str(dist_dir / "Release"))
-        (tmp / "gpgkey").write_bytes(gpg.run("--armor", "--export"))
-        (tmp / "keyring.gpg").write_bytes(gpg.run("--export"))
-        fingerprint = gpg.fingerprint()
-    (tmp / "fingerprint").write_text(fingerprint + "\n")
+    fingerprint = _sign_and_publish(name, key_name, tmp, dist_dir)
     node_dir = "%s/%s" % (NODE_MOUNT, name)
     repo = {"name": name, "key": key_name, "fingerprint": fingerprint, "versions": list(versions),
             "packages": [p["name"] for p in standin_debs.packages(versions[0])],
             "url": "file:%s/%s/$(ARCH)" % (node_dir, DIST), "suite": "/",
             "gpgkey_url": "file://%s/gpgkey" % node_dir, "keyring": node_dir + "/keyring.gpg",
-            "host_dir": str(final)}
-    repo["source_line"] = "deb [signed-by=%s] %s %s" % (repo["keyring"], repo["url"], repo["suite"])
-    (tmp / "repo.json").write_text(json.dumps(repo, indent=1) + "\n")
-    for path in [tmp] + list(tmp.rglob("*")):
-        path.chmod(0o755 if path.is_dir() else 0o644)  # the node's apt reads as _apt
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
-    return repo
+            "host_dir": str(REPO_ROOT / name)}
+    return _finish(tmp, name, repo)
+
+
+def build_cuda_repo():
+    """The stand-in of NVIDIA's CUDA repository for Debian 12 (driver packages); return repo.json."""
+    architecture = arch()
+    cuda_arch = CUDA_ARCH.get(architecture, architecture)
+    REPO_ROOT.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".%s-" % CUDA_REPO, dir=REPO_ROOT))
+    dist_dir = tmp / CUDA_DIST / cuda_arch
+    dist_dir.mkdir(parents=True)
+    kernel = os.uname().release  # the nodes run on the host's kernel
+    with tempfile.TemporaryDirectory() as work:
+        for pkg, version in standin_driver_debs.all_packages(kernel):
+            build_deb(pkg, version, architecture, dist_dir, work)
+    fingerprint = _sign_and_publish(CUDA_REPO, CUDA_KEY, tmp, dist_dir, extra_key_file=CUDA_KEY_FILE)
+    node_dir = "%s/%s" % (NODE_MOUNT, CUDA_REPO)
+    url = "file:%s/%s/%s" % (node_dir, CUDA_DIST, cuda_arch)
+    repo = {"name": CUDA_REPO, "key": CUDA_KEY, "fingerprint": fingerprint,
+            "versions": list(standin_driver_debs.VERSIONS), "kernel": kernel,
+            "url": url, "suite": "/", "gpgkey_url": url.replace("file:", "file://", 1) + "/" + CUDA_KEY_FILE,
+            "keyring": node_dir + "/keyring.gpg", "host_dir": str(REPO_ROOT / CUDA_REPO)}
+    return _finish(tmp, CUDA_REPO, repo)
 
 
 def _stamp():
-    code = b"".join((HERE / f).read_bytes() for f in ("apt_repo.py", "standin_debs.py"))
-    return hashlib.sha256(code + repr((VERSIONS, sorted(REPOS.items()))).encode()).hexdigest()
+    code = b"".join((HERE / f).read_bytes() for f in ("apt_repo.py", "standin_debs.py", "standin_driver_debs.py"))
+    return hashlib.sha256(code + repr((VERSIONS, sorted(REPOS.items()), os.uname().release)).encode()).hexdigest()
 
 
 def build_all(force=False):
     """Build every repo unless the cached ones come from this code; return {name: repo.json}."""
     stamp = REPO_ROOT / ".stamp"
+    names = list(REPOS) + [CUDA_REPO]
     if not force and stamp.exists() and stamp.read_text().strip() == _stamp() and all(
-            (REPO_ROOT / n / "repo.json").exists() for n in REPOS):
-        return {n: repo_info(n) for n in REPOS}
+            (REPO_ROOT / n / "repo.json").exists() for n in names):
+        return {n: repo_info(n) for n in names}
     result = {name: build_repo(name, key) for name, key in REPOS.items()}
+    result[CUDA_REPO] = build_cuda_repo()
     stamp.write_text(_stamp() + "\n")
     return result
 
@@ -193,7 +239,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("build").add_argument("--force", action="store_true")
-    sub.add_parser("info").add_argument("name", choices=sorted(REPOS))
+    sub.add_parser("info").add_argument("name", choices=sorted(REPOS) + [CUDA_REPO])
     args = parser.parse_args(argv)
     if args.command == "build":
         for name, repo in build_all(args.force).items():
