@@ -12,7 +12,7 @@
 
 A node is .cache/nodes/<name>/: rootfs/ (an overlay on the base built by rootfs.sh, or a copy with
 --copy), node.json, console.log. The host network is shared; .cache/nodes/apt-repo is bound read-only
-at /srv/nvidia-repo and .cache/containerd (if present) at /opt/standin-containerd. Needs root.
+at /srv/nvidia-repo, .cache/nodes/rpm-repo at /srv/nvidia-rpm, and .cache/containerd (if present) at /opt/standin-containerd. Needs root.
 Importable: up(), down(), down_all(), list_nodes(), node_info(), inventory_line(), run_in().
 """
 
@@ -42,6 +42,8 @@ CACHE = Path(os.environ.get("K3S_GPU_NODES_CACHE", str(REPO / ".cache" / "nodes"
 BASE = CACHE / "rootfs-base"
 APT_REPO_DIR = CACHE / "apt-repo"
 APT_REPO_MOUNT = "/srv/nvidia-repo"
+RPM_REPO_DIR = CACHE / "rpm-repo"
+RPM_REPO_MOUNT = "/srv/nvidia-rpm"
 CONTAINERD_DIR = REPO / ".cache" / "containerd"
 CONTAINERD_MOUNT = "/opt/standin-containerd"
 PORT_RANGE = range(22200, 23000)
@@ -206,7 +208,8 @@ def up(name, *, port=0, hostname=None, k3s_release=None, copy=False, timeout=60)
         if k3s_release:
             standin_files.install(rootfs, k3s_release, info["stream_port"])
         APT_REPO_DIR.mkdir(parents=True, exist_ok=True)
-        binds = [(APT_REPO_DIR, APT_REPO_MOUNT)]
+        RPM_REPO_DIR.mkdir(parents=True, exist_ok=True)
+        binds = [(APT_REPO_DIR, APT_REPO_MOUNT), (RPM_REPO_DIR, RPM_REPO_MOUNT)]
         if CONTAINERD_DIR.is_dir():
             binds.append((CONTAINERD_DIR, CONTAINERD_MOUNT))
         info["nspawn_pid"] = nspawn.start(name, rootfs, info["hostname"], binds, node_dir(name) / "console.log")

@@ -20,9 +20,10 @@ STAMP=$CACHE/rootfs-base.stamp
 
 SUITE=bookworm
 # python3-apt: ansible.builtin.apt needs it on the target; procps: ps/pgrep for debugging.
+# rpm, dnf, python3-dnf, dnf-plugins-core: the role's dnf path is tested on a Debian node (no RHEL here).
 PACKAGES=(systemd systemd-sysv dbus python3 python3-apt openssh-server procps
-    containerd runc gnupg ca-certificates)
-POSTPROCESS_VERSION=1 # bump when post_process() changes
+    containerd runc gnupg ca-certificates rpm dnf python3-dnf dnf-plugins-core)
+POSTPROCESS_VERSION=2 # bump when post_process() changes
 
 mirror() {
     if [[ -n "${K3S_GPU_DEBIAN_MIRROR:-}" ]]; then
@@ -52,6 +53,13 @@ post_process() {
     for unit in apt-daily.timer apt-daily-upgrade.timer man-db.timer e2scrub_all.timer fstrim.timer; do
         ln -sfn /dev/null "$dir/etc/systemd/system/$unit"
     done
+    # dnf as on RHEL: report repository errors instead of skipping the repository (Debian's default
+    # skip_if_unavailable=True turns a bad signature into "no match"), and no `local` plugin (Debian's
+    # dnf-plugins-core enables it; it breaks every gpgcheck install with a _dnf_local repository).
+    printf '[main]\ngpgcheck=1\ninstallonly_limit=3\nclean_requirements_on_remove=True\nbest=True\nskip_if_unavailable=False\n' \
+        >"$dir/etc/dnf/dnf.conf"
+    printf '[main]\nenabled=0\n' >"$dir/etc/dnf/plugins/local.conf"
+    mkdir -p "$dir/etc/yum.repos.d"
     # Package lists so that `apt-get install` works without a first `apt-get update`.
     cp -L /etc/resolv.conf "$dir/etc/resolv.conf"
     chroot "$dir" apt-get update -qq
