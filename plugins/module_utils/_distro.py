@@ -150,6 +150,14 @@ SHIPPED_RUNTIMECLASSES = {
     K3S: ("nvidia", "nvidia-experimental", "crun", "lunatic", "slight", "spin", "wws", "wasmedge", "wasmer", "wasmtime"),
     RKE2: ("nvidia", "nvidia-experimental", "crun"),
 }
+# How the RuntimeClasses above reach the cluster (reference k3s-facts §6): k3s servers stage the
+# embedded manifests/runtimes.yaml (#8936) into <data-dir>/server/manifests at each start and the
+# deploy controller applies it; rke2 is built with no_stage and deploys chart rke2-runtimeclasses
+# (rancher/rke2 #7382). `disable` is the config.yaml `disable:` item that turns it off.
+RUNTIMECLASS_SOURCES = {
+    K3S: {"mechanism": "runtimes.yaml manifest (applied by its deploy controller)", "disable": "runtimes"},
+    RKE2: {"mechanism": "rke2-runtimeclasses chart", "disable": "rke2-runtimeclasses"},
+}
 
 # --- TOML table paths per schema ---------------------------------------------------------------
 

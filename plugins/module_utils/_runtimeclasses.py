@@ -1,0 +1,372 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Which RuntimeClass objects a cluster needs for its NVIDIA runtime handlers (pure, no I/O).
+
+PRIVATE to the collection. Stdlib only, Python 3.8+ syntax.
+
+One `node.k8s.io/v1` RuntimeClass per NVIDIA handler that at least one node has, except the ones
+the cluster's release ships itself (k3s runtimes.yaml manifest, rke2-runtimeclasses chart: which
+release ships which names is `_distro`'s feature table, not a rule here) and the ones the GPU
+Operator creates: two owners of one object would overwrite each other.
+
+Rendering lives here too, not in a filter with PyYAML: the manifest text is what lands in the
+server's auto-deploy directory, so it must be byte-stable across controllers (no dependence on the
+PyYAML version or its emitter settings, or `copy` would report a change for nothing), and a module
+that writes it on the server can use it without PyYAML on the node. RuntimeClass fields are
+maps of strings, so a small emitter that writes every scalar with json.dumps (JSON strings are
+valid YAML) is enough; the unit tests read its output back with PyYAML.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import re
+
+from collections.abc import Mapping
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+
+API_VERSION = "node.k8s.io/v1"
+KIND = "RuntimeClass"
+# Label on every object this collection writes (import these rather than spelling them out).
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "k3s_gpu.nvidia"
+
+# The handlers this collection creates RuntimeClasses for: the NVIDIA runtimes it manages.
+NVIDIA_HANDLERS = tuple(name for name, _binary in distro.NVIDIA_RUNTIMES)
+# Distributions whose servers ship (or not) RuntimeClasses; the cluster's release is one of these.
+CLUSTER_DISTRIBUTIONS = (distro.K3S, distro.RKE2)
+
+NODE_KEYS = ("host", "handlers", "operator_runtimeclasses")
+PLAN_KEYS = ("manifests", "shipped", "skipped", "handlers")
+
+# Kubernetes validation rules (k8s.io/apimachinery/pkg/util/validation): DNS-1123 label and
+# subdomain, qualified name (label key), label value.
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+_QUALIFIED_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
+# resource.Quantity grammar (k8s.io/apimachinery/pkg/api/resource/quantity.go), without the sign:
+# <number> (digits, digits.digits, digits., .digits) then a binary SI suffix, a decimal SI suffix
+# or a decimal exponent. Overhead must not be negative, so a leading '-' is refused on purpose.
+_QUANTITY = re.compile(r"\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][-+]?[0-9]+)?\Z")
+# Resource names without a domain that a pod's limits (and so overhead.podFixed) accept
+# (IsStandardContainerResourceName); names with a domain are extended resources.
+_STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+_HUGEPAGES_PREFIX = "hugepages-"
+
+
+class RuntimeClassPlanError(ValueError):
+    """Input the plan cannot use; the message names the key and the fix."""
+
+
+# --- validation ----------------------------------------------------------------------------------
+
+def _type_name(value):
+    return type(value).__name__
+
+
+def _is_list(value):
+    return isinstance(value, (list, tuple))
+
+
+def _check_dns_label(where, value, what):
+    if not isinstance(value, str) or len(value) > 63 or not _DNS1123_LABEL.match(value):
+        raise RuntimeClassPlanError(
+            "%s: %r is not a valid %s: a RuntimeClass name and handler must be a lowercase DNS-1123 "
+            "label (a-z, 0-9 and '-', starting and ending with a letter or digit, at most 63 "
+            "characters), for example 'nvidia-cdi'" % (where, value, what))
+    return str(value)
+
+
+def _label_key_problem(key):
+    """Kubernetes IsQualifiedName: [prefix/]name, prefix a DNS-1123 subdomain (<= 253); None when valid."""
+    parts = key.split("/")
+    if len(parts) > 2:
+        return "it has more than one '/'"
+    prefix, name = (None, parts[0]) if len(parts) == 1 else parts
+    if prefix is not None and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+        return "the prefix before '/' must be a lowercase DNS subdomain such as nvidia.com"
+    if not name or len(name) > 63 or not _QUALIFIED_NAME_PART.match(name):
+        return ("the name must be at most 63 characters of letters, digits, '-', '_' and '.', "
+                "starting and ending with a letter or digit")
+    return None
+
+
+def _check_label_key(where, key):
+    if not isinstance(key, str) or not key:
+        raise RuntimeClassPlanError("%s: label key %r must be a non-empty string" % (where, key))
+    problem = _label_key_problem(key)
+    if problem:
+        raise RuntimeClassPlanError(
+            "%s: label key %r is not valid: %s (form [prefix/]name, e.g. nvidia.com/gpu.present)" % (
+                where, key, problem))
+    return str(key)
+
+
+def _check_label_value(where, key, value):
+    if not isinstance(value, str):
+        raise RuntimeClassPlanError(
+            "%s[%r] must be a string, got %s %r; quote it in YAML (for example 'true' rather than "
+            "true), since Kubernetes label values are strings" % (where, key, _type_name(value), value))
+    if len(value) > 63 or not _LABEL_VALUE.match(value):
+        raise RuntimeClassPlanError(
+            "%s[%r]: label value %r is not valid: at most 63 characters of letters, digits, '-', '_' "
+            "and '.', starting and ending with a letter or digit (or empty)" % (where, key, value))
+    return str(value)
+
+
+def check_node_selector(node_selector):
+    """The nodeSelector as a plain dict (empty for none); ValueError naming the bad key."""
+    if node_selector is None:
+        return {}
+    if not isinstance(node_selector, Mapping):
+        raise RuntimeClassPlanError(
+            "node_selector must be a dict of node label -> value, such as "
+            "{'nvidia.com/gpu.present': 'true'}, got %s %r" % (_type_name(node_selector), node_selector))
+    result = {}
+    for key, value in node_selector.items():
+        key = _check_label_key("node_selector", key)
+        result[key] = _check_label_value("node_selector", key, value)
+    return result
+
+
+def _check_resource_name(name):
+    if not isinstance(name, str) or not name:
+        raise RuntimeClassPlanError("overhead: resource name %r must be a non-empty string such as cpu or memory" % (name,))
+    if "/" in name:
+        problem = _label_key_problem(name)
+        if problem:
+            raise RuntimeClassPlanError(
+                "overhead: resource name %r is not a valid extended resource name: %s (form domain/name, "
+                "e.g. example.com/foo)" % (name, problem))
+        return str(name)
+    if name in _STANDARD_RESOURCES:
+        return str(name)
+    if name.startswith(_HUGEPAGES_PREFIX) and _QUANTITY.match(name[len(_HUGEPAGES_PREFIX):]):
+        return str(name)
+    raise RuntimeClassPlanError(
+        "overhead: resource name %r is not one Kubernetes accepts in overhead.podFixed: use cpu, memory, "
+        "ephemeral-storage, hugepages-<size> or a domain-qualified extended resource" % (name,))
+
+
+def _check_quantity(name, value):
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise RuntimeClassPlanError(
+            "overhead[%r] must be a Kubernetes quantity string such as '250m' or '64Mi' (or an integer), "
+            "got %s %r; quote it" % (name, _type_name(value), value))
+    text = str(value)
+    if text.startswith("-"):
+        raise RuntimeClassPlanError("overhead[%r] = %r is negative; pod overhead must be zero or more" % (name, value))
+    if not _QUANTITY.match(text):
+        raise RuntimeClassPlanError(
+            "overhead[%r] = %r is not a Kubernetes quantity: write a number with an optional suffix, "
+            "for example '250m' or '0.5' (cpu), '64Mi' or '1G' (memory); suffixes m, k, M, G, T, P, E, "
+            "Ki, Mi, Gi, Ti, Pi, Ei or an exponent such as 1e3" % (name, value))
+    return text
+
+
+def check_overhead(overhead):
+    """overhead.podFixed as a plain dict (empty for none); ValueError naming the bad key."""
+    if overhead is None:
+        return {}
+    if not isinstance(overhead, Mapping):
+        raise RuntimeClassPlanError(
+            "overhead must be a dict of resource -> quantity (overhead.podFixed), such as "
+            "{'cpu': '250m', 'memory': '64Mi'}, got %s %r" % (_type_name(overhead), overhead))
+    if "podFixed" in overhead:
+        raise RuntimeClassPlanError(
+            "overhead is the podFixed map itself: pass {'cpu': '250m', 'memory': '64Mi'}, "
+            "not {'podFixed': {...}}")
+    result = {}
+    for name, value in overhead.items():
+        name = _check_resource_name(name)
+        result[name] = _check_quantity(name, value)
+    if result and not any(name in ("cpu", "memory") for name in result) and any(
+            name.startswith(_HUGEPAGES_PREFIX) for name in result):
+        raise RuntimeClassPlanError(
+            "overhead: hugepages need cpu or memory too (Kubernetes refuses hugepages alone in "
+            "podFixed); add for example memory: '64Mi'")
+    return result
+
+
+def _check_cluster(cluster):
+    if not isinstance(cluster, Mapping):
+        raise RuntimeClassPlanError(
+            "cluster must be a dict with distribution (k3s or rke2) and release (e.g. v1.33.10+k3s1) of "
+            "the server that applies the manifests, got %s %r" % (_type_name(cluster), cluster))
+    distribution = cluster.get("distribution")
+    if distribution not in CLUSTER_DISTRIBUTIONS:
+        raise RuntimeClassPlanError(
+            "cluster.distribution must be %s (the distribution of the server whose deploy controller or "
+            "chart ships RuntimeClasses), got %r" % (" or ".join(CLUSTER_DISTRIBUTIONS), distribution))
+    release = cluster.get("release")
+    if not isinstance(release, str) or not release.strip():
+        raise RuntimeClassPlanError(
+            "cluster.release must be the server's release string, such as v1.33.10+%s1, got %r" % (
+                "k3s" if distribution == distro.K3S else "rke2r", release))
+    disabled = cluster.get("runtimeclasses_disabled", False)
+    if not isinstance(disabled, bool):
+        raise RuntimeClassPlanError(
+            "cluster.runtimeclasses_disabled must be true or false (true when the servers run with "
+            "disable: [%s]), got %r" % (distro.RUNTIMECLASS_SOURCES[distribution]["disable"], disabled))
+    try:
+        profile = distro.profile(distribution, release)
+    except distro.ReleaseError as exc:
+        raise RuntimeClassPlanError("cluster.release: %s" % exc) from exc
+    return str(distribution), profile, disabled
+
+
+def _check_names(where, value, what):
+    if not _is_list(value):
+        raise RuntimeClassPlanError(
+            "%s must be a list of %s names, such as ['nvidia', 'nvidia-cdi'], got %s %r" % (
+                where, what, _type_name(value), value))
+    return [_check_dns_label("%s[%d]" % (where, index), name, what + " name") for index, name in enumerate(value)]
+
+
+def _collect_nodes(nodes):
+    """handler -> hosts, operator-owned RuntimeClass -> hosts (hosts sorted, duplicates dropped)."""
+    if not _is_list(nodes):
+        raise RuntimeClassPlanError(
+            "nodes must be a list of {host, handlers[, operator_runtimeclasses]} dicts, got %s %r" % (
+                _type_name(nodes), nodes))
+    handlers, operator = {}, {}
+    for index, node in enumerate(nodes):
+        where = "nodes[%d]" % index
+        if not isinstance(node, Mapping):
+            raise RuntimeClassPlanError(
+                "%s must be a dict with host and handlers, got %s %r" % (where, _type_name(node), node))
+        unknown = sorted(str(key) for key in node if key not in NODE_KEYS)
+        if unknown:
+            raise RuntimeClassPlanError(
+                "%s has unknown key(s) %s; the keys are %s" % (where, ", ".join(unknown), ", ".join(NODE_KEYS)))
+        host = node.get("host")
+        if not isinstance(host, str) or not host.strip():
+            raise RuntimeClassPlanError("%s.host must be the inventory hostname (a non-empty string), got %r" % (where, host))
+        where = "nodes[%d] (%s)" % (index, host)
+        if "handlers" not in node:
+            raise RuntimeClassPlanError("%s.handlers is missing: list the runtime handlers the node has, [] for none" % where)
+        for name in _check_names(where + ".handlers", node["handlers"], "runtime handler"):
+            handlers.setdefault(name, set()).add(str(host))
+        for name in _check_names(where + ".operator_runtimeclasses", node.get("operator_runtimeclasses") or [],
+                                 "RuntimeClass"):
+            operator.setdefault(name, set()).add(str(host))
+    return ({name: sorted(hosts) for name, hosts in handlers.items()},
+            {name: sorted(hosts) for name, hosts in operator.items()})
+
+
+# --- the plan ------------------------------------------------------------------------------------
+
+def runtimeclass_manifest(handler, node_selector=None, pod_fixed=None):
+    """One RuntimeClass object for a handler; inputs already checked."""
+    manifest = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": handler, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+        "handler": handler,
+    }
+    if pod_fixed:
+        manifest["overhead"] = {"podFixed": dict(sorted(pod_fixed.items()))}
+    if node_selector:
+        manifest["scheduling"] = {"nodeSelector": dict(sorted(node_selector.items()))}
+    return manifest
+
+
+def plan_runtimeclasses(cluster, nodes, node_selector=None, overhead=None):
+    """Decide the RuntimeClasses of one cluster.
+
+    cluster: {"distribution": "k3s"|"rke2", "release": "v1.33.10+k3s1"[, "runtimeclasses_disabled":
+    bool]} of the server that applies manifests (other keys are ignored, so a runtime_info result of
+    that server fits). nodes: [{"host": str, "handlers": [str], "operator_runtimeclasses": [str]}].
+    node_selector: {label: value} for scheduling.nodeSelector; overhead: {resource: quantity} for
+    overhead.podFixed (None or {} for neither).
+
+    Returns {"manifests": [RuntimeClass dict, sorted by name], "shipped": [names the release ships,
+    sorted], "skipped": [{"name", "reason"}, sorted by name], "handlers": {handler: [hosts]} (every
+    handler a node reported)}. Raises RuntimeClassPlanError (a ValueError) on bad input.
+    """
+    distribution, profile, disabled = _check_cluster(cluster)
+    handler_hosts, operator_hosts = _collect_nodes(nodes)
+    selector = check_node_selector(node_selector)
+    pod_fixed = check_overhead(overhead)
+
+    source = distro.RUNTIMECLASS_SOURCES[distribution]
+    shipped = [] if disabled else sorted(profile["runtimeclasses"])
+    manifests, skipped = [], []
+    for name in sorted(handler_hosts):
+        if name not in NVIDIA_HANDLERS:
+            continue
+        reasons = []
+        if name in shipped:
+            reasons.append(
+                "%s %s ships the RuntimeClass %s in its %s" % (distribution, profile["release"], name, source["mechanism"]))
+        if name in operator_hosts:
+            reasons.append(
+                "the NVIDIA GPU Operator owns it (it creates the RuntimeClass %s; reported by %s)" % (
+                    name, ", ".join(operator_hosts[name])))
+        if reasons:
+            skipped.append({"name": name, "reason": "; ".join(reasons)})
+        else:
+            manifests.append(runtimeclass_manifest(name, selector, pod_fixed))
+    return {"manifests": manifests, "shipped": shipped, "skipped": skipped, "handlers": handler_hosts}
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+# Field order in the text: Kubernetes' own order for the known fields, then alphabetical.
+_KEY_ORDER = ("apiVersion", "kind", "metadata", "name", "labels", "annotations", "handler",
+              "overhead", "podFixed", "scheduling", "nodeSelector", "tolerations")
+_PLAIN_KEY = re.compile(r"[A-Za-z][A-Za-z0-9]*\Z")
+# YAML 1.1 words a plain key would turn into booleans or null (PyYAML reads YAML 1.1).
+_YAML_SPECIAL = ("y", "n", "yes", "no", "on", "off", "true", "false", "null")
+
+
+def _key_rank(key):
+    return (_KEY_ORDER.index(key) if key in _KEY_ORDER else len(_KEY_ORDER), key)
+
+
+def _yaml_key(key):
+    if _PLAIN_KEY.match(key) and key.lower() not in _YAML_SPECIAL:
+        return key
+    return json.dumps(key)
+
+
+def _yaml_lines(mapping, indent, lines):
+    pad = "  " * indent
+    for key in sorted((str(key) for key in mapping), key=_key_rank):
+        value = mapping[key]
+        if isinstance(value, Mapping) and value:
+            lines.append("%s%s:" % (pad, _yaml_key(key)))
+            _yaml_lines(value, indent + 1, lines)
+        else:
+            # scalars, empty maps and lists in JSON flow style, which YAML reads as is
+            lines.append("%s%s: %s" % (pad, _yaml_key(key), json.dumps(value, sort_keys=True)))
+
+
+def render_manifest_yaml(manifests):
+    """Multi-document YAML for the manifests: a comment line, then '---' + one object each, sorted by name."""
+    if not _is_list(manifests):
+        raise RuntimeClassPlanError(
+            "manifests must be a list of RuntimeClass dicts (the plan's manifests), got %s" % _type_name(manifests))
+    checked = []
+    for index, manifest in enumerate(manifests):
+        if not isinstance(manifest, Mapping):
+            raise RuntimeClassPlanError("manifests[%d] must be a dict, got %s %r" % (index, _type_name(manifest), manifest))
+        handler = _check_dns_label("manifests[%d].handler" % index, manifest.get("handler"), "RuntimeClass handler")
+        metadata = manifest.get("metadata")
+        name = metadata.get("name") if isinstance(metadata, Mapping) else None
+        _check_dns_label("manifests[%d].metadata.name" % index, name, "RuntimeClass name")
+        checked.append((name, handler, manifest))
+    checked.sort(key=lambda item: item[0])
+    handlers = ", ".join(handler for _name, handler, _manifest in checked) or "none"
+    lines = ["# Managed by %s; edits are overwritten. RuntimeClasses for the handlers: %s" % (MANAGED_BY, handlers)]
+    for _name, _handler, manifest in checked:
+        lines.append("---")
+        _yaml_lines(manifest, 0, lines)
+    return "\n".join(lines) + "\n"
