@@ -24,7 +24,7 @@ MODE_TEMPLATE = "template"
 MODE_CONFIG = "config"
 
 _BASE_INCLUDE = re.compile(r"\{\{-?\s*template\s+\"base\"\s+\.\s*-?\}\}")
-_RUNTIME_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_RUNTIME_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")  # \Z: "$" would accept a trailing newline
 
 
 class PlanError(ValueError):

@@ -24,10 +24,10 @@ def run(sandbox, release="v1.31.6+k3s1", binaries=(), path=None, **params):
     return changes.compute(facts, params)
 
 
-BAD_NAMES = ['nvidia"x', "nvidia.legacy", "nvidia\nx", "Nvidia", "", "a" * 64, "-nvidia", "nvidia x"]
+BAD_NAMES = ['nvidia"x', "nvidia.legacy", "nvidia\nx", "Nvidia", "", "a" * 64, "-nvidia", "nvidia x", "nvidia\n"]
 
 
-@pytest.mark.parametrize("name", BAD_NAMES, ids=["quote", "dot", "newline", "upper", "empty", "long", "dash", "space"])
+@pytest.mark.parametrize("name", BAD_NAMES, ids=["quote", "dot", "newline", "upper", "empty", "long", "dash", "space", "trailing-newline"])
 def test_bad_runtime_name(sandbox, name):
     sandbox.k3s("k3s", "package")
     before = sandbox.snapshot()
