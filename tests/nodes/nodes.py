@@ -171,7 +171,7 @@ def _tail(info, lines=5):
         return "(no console.log)"
 
 
-def _start_info(name, port, hostname, k3s_release, copy):
+def _start_info(name, port, hostname, k3s_release, copy, k3s_server=False):
     """Reserve the port and the node dir (under the lock); return node.json's first content."""
     with _lock():
         if node_dir(name).exists():
@@ -181,13 +181,13 @@ def _start_info(name, port, hostname, k3s_release, copy):
             raise NodeError("port 127.0.0.1:%d is already in use" % port)
         node_dir(name).mkdir(parents=True)
         info = {"name": name, "hostname": hostname or name, "port": port, "dir": str(node_dir(name)),
-                "key": str(ssh_key()), "k3s_release": k3s_release, "copy": copy,
+                "key": str(ssh_key()), "k3s_release": k3s_release, "k3s_server": k3s_server, "copy": copy,
                 "stream_port": port + 30000 if port + 30000 < 65536 else port - 30000}
         _save(info)
     return info
 
 
-def up(name, *, port=0, hostname=None, k3s_release=None, copy=False, timeout=60):  # pylint: disable=too-many-arguments
+def up(name, *, port=0, hostname=None, k3s_release=None, copy=False, timeout=60, k3s_server=False):  # pylint: disable=too-many-arguments
     """Boot a node; return its node.json content (with pid1, state, boot_s). Idempotent when running."""
     if not NAME_RE.match(name):
         raise NodeError("node name %r: use 1-40 of [a-z0-9-]" % name)
@@ -198,7 +198,7 @@ def up(name, *, port=0, hostname=None, k3s_release=None, copy=False, timeout=60)
     if existing or node_dir(name).exists():
         down(name)
     _ensure_base()
-    info = _start_info(name, port, hostname, k3s_release, copy)
+    info = _start_info(name, port, hostname, k3s_release, copy, k3s_server)
     started = time.monotonic()
     try:
         rootfs, info["mode"] = _make_rootfs(node_dir(name), copy)
@@ -206,7 +206,7 @@ def up(name, *, port=0, hostname=None, k3s_release=None, copy=False, timeout=60)
         _save(info)
         _configure(rootfs, info["hostname"], info["port"], info["key"])
         if k3s_release:
-            standin_files.install(rootfs, k3s_release, info["stream_port"])
+            standin_files.install(rootfs, k3s_release, info["stream_port"], server=k3s_server)
         APT_REPO_DIR.mkdir(parents=True, exist_ok=True)
         RPM_REPO_DIR.mkdir(parents=True, exist_ok=True)
         binds = [(APT_REPO_DIR, APT_REPO_MOUNT), (RPM_REPO_DIR, RPM_REPO_MOUNT)]
@@ -276,6 +276,7 @@ def main(argv=None):
     p_up.add_argument("--hostname", help="default: the name")
     p_up.add_argument("--k3s", nargs="?", const=DEFAULT_K3S_RELEASE, metavar="RELEASE",
                       help="install the stand-in k3s agent (default release %s)" % DEFAULT_K3S_RELEASE)
+    p_up.add_argument("--server", action="store_true", help="with --k3s: a k3s server (k3s.service) instead of an agent")
     p_up.add_argument("--copy", action="store_true", help="cp -a the base instead of an overlay")
     p_up.add_argument("--timeout", type=float, default=60)
     p_up.add_argument("--json", action="store_true")
@@ -295,7 +296,7 @@ def main(argv=None):
     try:
         if args.command == "up":
             info = up(args.name, port=args.port, hostname=args.hostname, k3s_release=args.k3s, copy=args.copy,
-                      timeout=args.timeout)
+                      timeout=args.timeout, k3s_server=args.server)
             print(json.dumps(info) if args.json else info["inventory"])
         elif args.command == "down":
             for name in down_all() if args.all else [args.name] if down(args.name) else []:

@@ -3,7 +3,9 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Make a node rootfs look like a k3s agent: /usr/local/bin/k3s, k3s-agent.service, the stand-in.
+"""Make a node rootfs look like a k3s agent or server: /usr/local/bin/k3s, k3s-agent.service (or
+k3s.service running `k3s server`), the stand-in. The server stand-in does only what the agent does
+(the containerd part); it also creates <data-dir>/server/manifests, which k3s servers deploy from.
 
 Written before boot, as plain files. The stand-in (standin_k3s.py) imports the collection's own
 _detect/_distro (under an ansible_collections/ layout, no __init__ needed on Python 3) and the
@@ -46,7 +48,7 @@ WantedBy=multi-user.target
 Type=exec
 EnvironmentFile=-/etc/default/%N
 EnvironmentFile=-/etc/sysconfig/%N
-EnvironmentFile=-/etc/systemd/system/k3s-agent.service.env
+EnvironmentFile=-/etc/systemd/system/{unit}.service.env
 KillMode=process
 Delegate=yes
 LimitNOFILE=1048576
@@ -56,7 +58,7 @@ TasksMax=infinity
 TimeoutStartSec=0
 Restart=always
 RestartSec=2
-ExecStart=/usr/local/bin/k3s agent
+ExecStart=/usr/local/bin/k3s {command}
 """
 
 
@@ -66,8 +68,9 @@ def _write(path, text, mode=0o644):
     path.chmod(mode)
 
 
-def install(rootfs, release, stream_port):
-    """Install the stand-in k3s agent into rootfs (enabled, starts at boot)."""
+def install(rootfs, release, stream_port, server=False):
+    """Install the stand-in k3s agent (or server) into rootfs (enabled, starts at boot)."""
+    unit, command = ("k3s", "server") if server else ("k3s-agent", "agent")
     rootfs = Path(rootfs)
     lib = rootfs / LIB
     (lib / MODULE_UTILS).mkdir(parents=True, exist_ok=True)
@@ -80,10 +83,14 @@ def install(rootfs, release, stream_port):
     _write(rootfs / ETC / "stream-port", "%d\n" % stream_port)
     _write(rootfs / "usr/local/bin/k3s", K3S_WRAPPER, 0o755)
     units = rootfs / "etc/systemd/system"
-    _write(units / "k3s-agent.service", UNIT)
+    _write(units / (unit + ".service"), UNIT.format(unit=unit, command=command))
     wants = units / "multi-user.target.wants"
     wants.mkdir(parents=True, exist_ok=True)
-    (wants / "k3s-agent.service").unlink(missing_ok=True)
-    (wants / "k3s-agent.service").symlink_to("/etc/systemd/system/k3s-agent.service")
+    (wants / (unit + ".service")).unlink(missing_ok=True)
+    (wants / (unit + ".service")).symlink_to("/etc/systemd/system/%s.service" % unit)
+    if server:
+        manifests = rootfs / "var/lib/rancher/k3s/server/manifests"
+        manifests.mkdir(parents=True, exist_ok=True)
+        manifests.chmod(0o700)
     # a k3s node runs k3s's containerd, not Debian's containerd.service
     (wants / "containerd.service").unlink(missing_ok=True)
