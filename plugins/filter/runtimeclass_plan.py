@@ -51,6 +51,13 @@ options:
         C(overhead.podFixed) on every RuntimeClass, resource to Kubernetes quantity, such as
         V({"cpu": "250m", "memory": "64Mi"}). Omitted when empty.
     type: dict
+  select_by_handler_label:
+    description:
+      - >-
+        Each RuntimeClass also selects the nodes labelled C(k3s-gpu.nvidia/handler.<handler>=true), the label the
+        gpu_node role gives a node for each handler it serves, so pods land only on nodes that have the handler.
+    type: bool
+    default: false
 author:
   - k3s_gpu.nvidia maintainers (@k3s-gpu)
 """
@@ -113,9 +120,10 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
 
 
-def runtimeclass_plan(cluster, nodes, node_selector=None, overhead=None):
+def runtimeclass_plan(cluster, nodes, node_selector=None, overhead=None, select_by_handler_label=False):
     try:
-        return runtimeclasses.plan_runtimeclasses(cluster, nodes, node_selector=node_selector, overhead=overhead)
+        return runtimeclasses.plan_runtimeclasses(cluster, nodes, node_selector=node_selector, overhead=overhead,
+                                                  select_by_handler_label=select_by_handler_label)
     except ValueError as exc:
         raise AnsibleFilterError("runtimeclass_plan: %s" % exc) from exc
 

@@ -42,6 +42,11 @@ NVIDIA_HANDLERS = tuple(name for name, _binary in distro.NVIDIA_RUNTIMES)
 # Distributions whose servers ship (or not) RuntimeClasses; the cluster's release is one of these.
 CLUSTER_DISTRIBUTIONS = (distro.K3S, distro.RKE2)
 
+# The gpu_node role labels each node with the handlers it serves (node-label in config.yaml.d, which
+# k3s and rke2 apply at every start); a RuntimeClass can then select exactly those nodes.
+HANDLER_LABEL_PREFIX = "k3s-gpu.nvidia/handler."
+HANDLER_LABEL_VALUE = "true"
+
 NODE_KEYS = ("host", "handlers", "operator_runtimeclasses")
 PLAN_KEYS = ("manifests", "shipped", "skipped", "handlers")
 
@@ -278,19 +283,28 @@ def runtimeclass_manifest(handler, node_selector=None, pod_fixed=None):
     return manifest
 
 
-def plan_runtimeclasses(cluster, nodes, node_selector=None, overhead=None):
+def handler_label(handler):
+    """The node label key that says a node serves this handler."""
+    return HANDLER_LABEL_PREFIX + handler
+
+
+def plan_runtimeclasses(cluster, nodes, node_selector=None, overhead=None, select_by_handler_label=False):
     """Decide the RuntimeClasses of one cluster.
 
     cluster: {"distribution": "k3s"|"rke2", "release": "v1.33.10+k3s1"[, "runtimeclasses_disabled":
     bool]} of the server that applies manifests (other keys are ignored, so a runtime_info result of
     that server fits). nodes: [{"host": str, "handlers": [str], "operator_runtimeclasses": [str]}].
     node_selector: {label: value} for scheduling.nodeSelector; overhead: {resource: quantity} for
-    overhead.podFixed (None or {} for neither).
+    overhead.podFixed (None or {} for neither). select_by_handler_label: each RuntimeClass also
+    selects the nodes labelled with its handler (handler_label(name): "true").
 
     Returns {"manifests": [RuntimeClass dict, sorted by name], "shipped": [names the release ships,
     sorted], "skipped": [{"name", "reason"}, sorted by name], "handlers": {handler: [hosts]} (every
     handler a node reported)}. Raises RuntimeClassPlanError (a ValueError) on bad input.
     """
+    if not isinstance(select_by_handler_label, bool):
+        raise RuntimeClassPlanError(
+            "select_by_handler_label is %r; use true or false" % (select_by_handler_label,))
     distribution, profile, disabled = _check_cluster(cluster)
     handler_hosts, operator_hosts = _collect_nodes(nodes)
     selector = check_node_selector(node_selector)
@@ -313,7 +327,10 @@ def plan_runtimeclasses(cluster, nodes, node_selector=None, overhead=None):
         if reasons:
             skipped.append({"name": name, "reason": "; ".join(reasons)})
         else:
-            manifests.append(runtimeclass_manifest(name, selector, pod_fixed))
+            own_selector = dict(selector or {})
+            if select_by_handler_label:
+                own_selector[handler_label(name)] = HANDLER_LABEL_VALUE
+            manifests.append(runtimeclass_manifest(name, own_selector, pod_fixed))
     return {"manifests": manifests, "shipped": shipped, "skipped": skipped, "handlers": handler_hosts}
 
 

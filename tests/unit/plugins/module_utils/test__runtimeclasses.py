@@ -21,6 +21,8 @@ import ast
 import inspect
 import socket
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -135,6 +137,31 @@ def test_manifest_shape():
         "scheduling": {"nodeSelector": {"node-role.example.com/gpu": "", "nvidia.com/gpu.present": "true"}},
     }]
     assert (rc.MANAGED_BY_LABEL, rc.MANAGED_BY) == ("app.kubernetes.io/managed-by", "k3s_gpu.nvidia")
+
+
+def test_select_by_handler_label():
+    """Each class selects the nodes the gpu_node role labelled with its own handler, plus the common selector."""
+    nodes = [{"host": "gpu1", "handlers": ["nvidia", "nvidia-cdi", "nvidia-legacy"]}]
+    plan = rc.plan_runtimeclasses(cluster(release="v1.28.15+k3s1"), nodes, node_selector={"nvidia.com/gpu.present": "true"},
+                                  select_by_handler_label=True)
+    assert {m["metadata"]["name"]: m["scheduling"]["nodeSelector"] for m in plan["manifests"]} == {
+        "nvidia-cdi": {"k3s-gpu.nvidia/handler.nvidia-cdi": "true", "nvidia.com/gpu.present": "true"},
+        "nvidia-legacy": {"k3s-gpu.nvidia/handler.nvidia-legacy": "true", "nvidia.com/gpu.present": "true"},
+    }
+    assert rc.handler_label("nvidia-cdi") == "k3s-gpu.nvidia/handler.nvidia-cdi"
+
+
+def test_select_by_handler_label_must_be_a_bool():
+    with pytest.raises(rc.RuntimeClassPlanError, match="select_by_handler_label is 'yes'; use true or false"):
+        rc.plan_runtimeclasses(cluster(), FLEET, select_by_handler_label="yes")
+
+
+def test_role_labels_nodes_with_the_engine_prefix():
+    """The gpu_node role writes the labels the classes select: one prefix for both."""
+    role_vars = yaml.safe_load(
+        (Path(__file__).resolve().parents[4] / "roles/gpu_node/vars/main.yml").read_text(encoding="utf-8"))
+    assert role_vars["gpu_node__handler_label_prefix"] == rc.HANDLER_LABEL_PREFIX
+    assert role_vars["gpu_node__handler_label_value"] == rc.HANDLER_LABEL_VALUE
 
 
 @pytest.mark.parametrize("node_selector,overhead", [(None, None), ({}, {})], ids=["none", "empty"])
