@@ -179,8 +179,8 @@ def test_integer_quantity_becomes_a_string():
 def test_only_shipped_handlers_need_nothing():
     plan = rc.plan_runtimeclasses(cluster("rke2", "v1.33.10+rke2r1"), [{"host": "a", "handlers": ["nvidia"]}])
     assert plan["manifests"] == []
-    assert plan["skipped"] == [{"name": "nvidia", "reason": "rke2 v1.33.10+rke2r1 ships the RuntimeClass nvidia "
-                                                             "in its rke2-runtimeclasses chart"}]
+    reason = "rke2 v1.33.10+rke2r1 ships the RuntimeClass nvidia in its rke2-runtimeclasses chart"
+    assert plan["skipped"] == [{"name": "nvidia", "reason": reason}]
 
 
 @pytest.mark.parametrize("nodes", [[], [{"host": "a", "handlers": []}], [{"host": "a", "handlers": ["runc", "crun"]}]],
@@ -211,8 +211,8 @@ def test_operator_owned_before_the_rke2_chart():
     plan = rc.plan_runtimeclasses(cluster("rke2", "v1.31.4+rke2r1"), nodes)
     assert plan["shipped"] == []
     assert names(plan["manifests"]) == ["nvidia-cdi"]
-    assert plan["skipped"] == [{"name": "nvidia", "reason": "the NVIDIA GPU Operator owns it (it creates the "
-                                                             "RuntimeClass nvidia; reported by gpu1)"}]
+    reason = "the NVIDIA GPU Operator owns it (it creates the RuntimeClass nvidia; reported by gpu1)"
+    assert plan["skipped"] == [{"name": "nvidia", "reason": reason}]
 
 
 def test_operator_owned_and_shipped():
@@ -348,8 +348,9 @@ def test_good_label_keys(key):
 def test_render_round_trip_and_stable_order():
     plan = rc.plan_runtimeclasses(cluster("rke2", "v1.31.4+rke2r1"), FLEET, node_selector=SELECTOR, overhead=OVERHEAD)
     text = rc.render_manifest_yaml(plan["manifests"])
-    assert text.splitlines()[0] == ("# Managed by k3s_gpu.nvidia; edits are overwritten. RuntimeClasses for the "
-                                     "handlers: nvidia, nvidia-cdi, nvidia-experimental, nvidia-legacy")
+    first_line = ("# Managed by k3s_gpu.nvidia; edits are overwritten. RuntimeClasses for the "
+                  "handlers: nvidia, nvidia-cdi, nvidia-experimental, nvidia-legacy")
+    assert text.splitlines()[0] == first_line
     assert text.count("\n---\n") == 4 and text.endswith("\n")
     assert list(yaml.safe_load_all(text)) == plan["manifests"]
     # the same objects in any order and with keys in any order give the same bytes
