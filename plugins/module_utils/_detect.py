@@ -384,6 +384,57 @@ def yaml_top_level_scalar(text, key):
     return value
 
 
+def _unquote(item):
+    item = item.strip()
+    if item[:1] in ("'", '"') and item[-1:] == item[:1] and len(item) > 1:
+        return item[1:-1]
+    return item
+
+
+def yaml_top_level_list(text, key):
+    """[(operator, [items])] for each top-level `key:` / `key+:` in a simple YAML file, in order.
+
+    Values: a flow list `[a, b]`, a block list of `- a` lines, or a scalar; k3s hands a scalar to
+    its string-slice flag, which splits it on commas, so a scalar counts as comma-separated items.
+    """
+    pattern = re.compile(r"^%s(\+?)\s*:\s*(.*?)\s*$" % re.escape(key))
+    found, current = [], None
+    for line in text.splitlines():
+        match = pattern.match(line)
+        if match:
+            raw = match.group(2).split(" #", 1)[0].strip() if not match.group(2).startswith(("'", '"')) else match.group(2)
+            if raw.startswith("[") and raw.endswith("]"):
+                items = [_unquote(i) for i in raw[1:-1].split(",") if i.strip()]
+            elif raw:
+                items = [i.strip() for i in _unquote(raw).split(",") if i.strip()]
+            else:
+                items = []
+            current = (match.group(1) or "=", items)
+            found.append(current)
+            continue
+        if current is not None and re.match(r"^\s*-\s+", line):
+            current[1].append(_unquote(re.sub(r"^\s*-\s+", "", line).split(" #", 1)[0]))
+            continue
+        if line.strip() and not line.startswith((" ", "\t", "#")):
+            current = None
+    return found
+
+
+def k3s_config_list(fs, paths, key):
+    """A list key (such as `disable`) as k3s merges it: config.yaml, then config.yaml.d/*.yaml in
+    order; `key:` replaces what came before, `key+:` appends."""
+    value = []
+    for path in [paths["config_yaml"]] + [
+            paths["config_yaml_d"] + "/" + name
+            for name in fs.listdir(paths["config_yaml_d"]) if name.endswith((".yaml", ".yml"))]:
+        text = fs.read_text(path)
+        if text is None:
+            continue
+        for operator, items in yaml_top_level_list(text, key):
+            value = value + items if operator == "+" else list(items)
+    return value
+
+
 def k3s_config_value(fs, paths, key):
     """A config.yaml key as k3s sees it: config.yaml, then config.yaml.d/*.yaml in order, last wins."""
     value, source = None, None
@@ -665,6 +716,8 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
                           "dropin": file_facts(fs, paths["dropin"], True)}
         facts["release_runtimes"] = []
         facts["default_runtime"] = {"value": None, "source": None}
+        facts["disabled_components"] = []
+        facts["runtimeclasses_disabled"] = False
     else:
         units = find_units(fs, distribution)
         service = service_environment(fs, distribution, units[0] if units else distro.DISTRIBUTION_PATHS[distribution]["units"][0])
@@ -683,6 +736,10 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
         if flag is not None:
             value, source = flag, service["unit_file"]
         facts["default_runtime"] = {"value": value, "source": source}
+        # a server with `disable: [runtimes]` (k3s) or `[rke2-runtimeclasses]` (rke2) ships no RuntimeClasses
+        disabled = k3s_config_list(fs, paths, "disable")
+        facts["disabled_components"] = disabled
+        facts["runtimeclasses_disabled"] = distro.RUNTIMECLASS_SOURCES[distribution]["disable"] in disabled
     if path:
         facts["files"]["override"] = file_facts(fs, path, True)
     facts["units"] = units

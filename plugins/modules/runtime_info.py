@@ -207,6 +207,18 @@ default_runtime:
   returned: success
   type: dict
   sample: {value: nvidia, source: /etc/rancher/k3s/config.yaml}
+disabled_components:
+  description: The C(disable) list of config.yaml and config.yaml.d (C(disable+) appends), as the k3s/rke2 server merges it.
+  returned: success
+  type: list
+  elements: str
+  sample: [traefik, runtimes]
+runtimeclasses_disabled:
+  description:
+    - True when the server ships no RuntimeClasses because C(disable) names C(runtimes) (k3s) or C(rke2-runtimeclasses) (rke2).
+    - C(--disable) on the unit's command line is not read.
+  returned: success
+  type: bool
 systemd:
   description: Whether systemd runs the node (C(/run/systemd/system) exists).
   returned: success

@@ -130,6 +130,35 @@ def test_default_runtime_sources_in_order(sandbox):
     assert facts["default_runtime"] == {"value": "runc", "source": "/etc/systemd/system/k3s.service"}
 
 
+@pytest.mark.parametrize("text,expected", [
+    ("disable: [traefik, 'runtimes']\n", [("=", ["traefik", "runtimes"])]),
+    ("disable:\n  - traefik\n  - \"runtimes\"  # no classes\nnode-name: x\n- stray\n", [("=", ["traefik", "runtimes"])]),
+    ("disable: traefik,runtimes\n", [("=", ["traefik", "runtimes"])]),
+    ("disable+:\n- runtimes\n", [("+", ["runtimes"])]),
+    ("disable:\n", [("=", [])]),
+    ("disable-cloud-controller: true\n", []),
+], ids=["flow", "block", "comma-scalar", "append-zero-indent", "empty", "other-key"])
+def test_yaml_top_level_list(text, expected):
+    assert detect.yaml_top_level_list(text, "disable") == expected
+
+
+@pytest.mark.parametrize("distribution,release,component", [
+    ("k3s", "v1.33.10+k3s1", "runtimes"), ("rke2", "v1.33.10+rke2r1", "rke2-runtimeclasses")])
+def test_runtimeclasses_disabled_merges_like_k3s(sandbox, distribution, release, component):
+    """config.yaml then config.yaml.d in order: `disable:` replaces, `disable+:` appends."""
+    sandbox.k3s(distribution)
+    config = "/etc/rancher/%s/config.yaml" % distribution
+    sandbox.write(config, "disable:\n  - traefik\n")
+    facts = detect.gather(sandbox.root, distribution, release)
+    assert facts["disabled_components"] == ["traefik"] and facts["runtimeclasses_disabled"] is False
+    sandbox.write(config + ".d/10-a.yaml", "disable+: [%s]\n" % component)
+    facts = detect.gather(sandbox.root, distribution, release)
+    assert facts["disabled_components"] == ["traefik", component] and facts["runtimeclasses_disabled"] is True
+    sandbox.write(config + ".d/20-b.yaml", "disable: servicelb\n")
+    facts = detect.gather(sandbox.root, distribution, release)
+    assert facts["disabled_components"] == ["servicelb"] and facts["runtimeclasses_disabled"] is False
+
+
 def test_data_dir_from_config_yaml(sandbox):
     sandbox.write("/etc/rancher/k3s/config.yaml", "data-dir: /data/k3s\n")
     sandbox.mkdir("/data/k3s/agent/etc/containerd")
