@@ -33,7 +33,8 @@ options:
   nodes:
     description:
       - One entry per node - C(host) (inventory hostname), C(handlers) (the runtime handler names the node has after
-        configuration, V([]) for none), optional C(operator_runtimeclasses) (RuntimeClass names the GPU Operator
+        configuration, V([]) for none), optional C(gpu_operator) (V(true) when the node has the GPU Operator layout, so the
+        operator then owns the RuntimeClass V(nvidia)), optional C(operator_runtimeclasses) (RuntimeClass names the GPU Operator
         creates, such as V([nvidia])).
     type: list
     elements: dict

@@ -47,7 +47,11 @@ CLUSTER_DISTRIBUTIONS = (distro.K3S, distro.RKE2)
 HANDLER_LABEL_PREFIX = "k3s-gpu.nvidia/handler."
 HANDLER_LABEL_VALUE = "true"
 
-NODE_KEYS = ("host", "handlers", "operator_runtimeclasses")
+# The RuntimeClass NVIDIA's GPU Operator creates itself on a cluster where it runs (k3s-facts §6; not
+# in its NRI plugin mode). A node reporting the operator layout (gpu_operator: true) implies these.
+OPERATOR_RUNTIMECLASSES = ("nvidia",)
+
+NODE_KEYS = ("host", "handlers", "gpu_operator", "operator_runtimeclasses")
 PLAN_KEYS = ("manifests", "shipped", "skipped", "handlers")
 
 # Kubernetes validation rules (k8s.io/apimachinery/pkg/util/validation): DNS-1123 label and
@@ -239,7 +243,7 @@ def _collect_nodes(nodes):
     """handler -> hosts, operator-owned RuntimeClass -> hosts (hosts sorted, duplicates dropped)."""
     if not _is_list(nodes):
         raise RuntimeClassPlanError(
-            "nodes must be a list of {host, handlers[, operator_runtimeclasses]} dicts, got %s %r" % (
+            "nodes must be a list of {host, handlers[, gpu_operator, operator_runtimeclasses]} dicts, got %s %r" % (
                 _type_name(nodes), nodes))
     handlers, operator = {}, {}
     for index, node in enumerate(nodes):
@@ -259,8 +263,13 @@ def _collect_nodes(nodes):
             raise RuntimeClassPlanError("%s.handlers is missing: list the runtime handlers the node has, [] for none" % where)
         for name in _check_names(where + ".handlers", node["handlers"], "runtime handler"):
             handlers.setdefault(name, set()).add(str(host))
-        for name in _check_names(where + ".operator_runtimeclasses", node.get("operator_runtimeclasses") or [],
-                                 "RuntimeClass"):
+        gpu_operator = node.get("gpu_operator", False)
+        if not isinstance(gpu_operator, bool):
+            raise RuntimeClassPlanError("%s.gpu_operator must be true or false, got %r" % (where, gpu_operator))
+        owned = node.get("operator_runtimeclasses")
+        if owned is None:
+            owned = list(OPERATOR_RUNTIMECLASSES) if gpu_operator else []
+        for name in _check_names(where + ".operator_runtimeclasses", owned, "RuntimeClass"):
             operator.setdefault(name, set()).add(str(host))
     return ({name: sorted(hosts) for name, hosts in handlers.items()},
             {name: sorted(hosts) for name, hosts in operator.items()})

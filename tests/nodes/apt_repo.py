@@ -217,36 +217,44 @@ def _stamp():
     return hashlib.sha256(code + repr((VERSIONS, sorted(REPOS.items()), os.uname().release)).encode()).hexdigest()
 
 
-def build_all(force=False):
-    """Build every repo unless the cached ones come from this code; return {name: repo.json}."""
-    stamp = REPO_ROOT / ".stamp"
-    names = list(REPOS) + [CUDA_REPO]
-    if not force and stamp.exists() and stamp.read_text().strip() == _stamp() and all(
-            (REPO_ROOT / n / "repo.json").exists() for n in names):
-        return {n: repo_info(n) for n in names}
-    result = {name: build_repo(name, key) for name, key in REPOS.items()}
-    result[CUDA_REPO] = build_cuda_repo()
-    stamp.write_text(_stamp() + "\n")
+def cached_build(repo_root, names, stamp_value, build, force=False):
+    """{name: repo.json} of the repos under repo_root: cached ones when the stamp matches, else build()."""
+    stamp = repo_root / ".stamp"
+    if not force and stamp.exists() and stamp.read_text().strip() == stamp_value and all(
+            (repo_root / n / "repo.json").exists() for n in names):
+        return {n: json.loads((repo_root / n / "repo.json").read_text()) for n in names}
+    result = build()
+    stamp.write_text(stamp_value + "\n")
     return result
 
 
-def repo_info(name):
-    """repo.json of a built repo."""
-    return json.loads((REPO_ROOT / name / "repo.json").read_text())
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+def repo_cli(argv, doc, names, build_all, describe):
+    """`build [--force]` (one line per repo from describe(repo)) and `info NAME` (repo.json)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n", 1)[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("build").add_argument("--force", action="store_true")
-    sub.add_parser("info").add_argument("name", choices=sorted(REPOS) + [CUDA_REPO])
+    sub.add_parser("info").add_argument("name", choices=sorted(names))
     args = parser.parse_args(argv)
     if args.command == "build":
         for name, repo in build_all(args.force).items():
-            print("%s: %s  (key %s)" % (name, repo["source_line"], repo["fingerprint"]))
+            print("%s: %s" % (name, describe(repo)))
     else:
-        print(json.dumps(repo_info(args.name), indent=1))
+        print(json.dumps(build_all()[args.name], indent=1))
     return 0
+
+
+def build_all(force=False):
+    """Build every repo unless the cached ones come from this code; return {name: repo.json}."""
+    def build():
+        result = {name: build_repo(name, key) for name, key in REPOS.items()}
+        result[CUDA_REPO] = build_cuda_repo()
+        return result
+    return cached_build(REPO_ROOT, list(REPOS) + [CUDA_REPO], _stamp(), build, force)
+
+
+def main(argv=None):
+    return repo_cli(argv, __doc__, list(REPOS) + [CUDA_REPO], build_all,
+                    lambda repo: "%s  (key %s)" % (repo["source_line"], repo["fingerprint"]))
 
 
 if __name__ == "__main__":

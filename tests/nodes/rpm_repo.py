@@ -33,7 +33,6 @@ instead of being written by -base's %post (`nvidia-ctk config`), so the files ma
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -241,34 +240,16 @@ def ensure_tools():
 
 def build_all(force=False):
     """Build every repo unless the cached ones come from this code; return {name: repo.json}."""
-    stamp = REPO_ROOT / ".stamp"
-    if not force and stamp.exists() and stamp.read_text().strip() == _stamp() and all(
-            (REPO_ROOT / n / "repo.json").exists() for n in REPOS):
-        return {n: repo_info(n) for n in REPOS}
-    ensure_tools()
-    result = {name: build_repo(name, key) for name, key in REPOS.items()}
-    stamp.write_text(_stamp() + "\n")
-    return result
-
-
-def repo_info(name):
-    """repo.json of a built repo."""
-    return json.loads((REPO_ROOT / name / "repo.json").read_text())
+    def build():
+        ensure_tools()
+        return {name: build_repo(name, key) for name, key in REPOS.items()}
+    return apt_repo.cached_build(REPO_ROOT, list(REPOS), _stamp(), build, force)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("build").add_argument("--force", action="store_true")
-    sub.add_parser("info").add_argument("name", choices=sorted(REPOS))
-    args = parser.parse_args(argv)
-    if args.command == "build":
-        for name, repo in build_all(args.force).items():
-            print("%s: baseurl=%s gpgkey=%s  (key %s)"
-                  % (name, repo["baseurl"], repo["gpgkey_url"], repo["fingerprint"]))
-    else:
-        print(json.dumps(repo_info(args.name), indent=1))
-    return 0
+    return apt_repo.repo_cli(argv, __doc__, list(REPOS), build_all,
+                             lambda repo: "baseurl=%s gpgkey=%s  (key %s)" % (
+                                 repo["baseurl"], repo["gpgkey_url"], repo["fingerprint"]))
 
 
 if __name__ == "__main__":

@@ -139,6 +139,18 @@ def test_manifest_shape():
     assert (rc.MANAGED_BY_LABEL, rc.MANAGED_BY) == ("app.kubernetes.io/managed-by", "k3s_gpu.nvidia")
 
 
+def test_gpu_operator_node_owns_nvidia():
+    """A node with the operator layout implies the classes the operator creates, unless named explicitly."""
+    nodes = [{"host": "gpu1", "handlers": ["nvidia", "nvidia-cdi"], "gpu_operator": True}]
+    plan = rc.plan_runtimeclasses(cluster("rke2", "v1.29.12+rke2r1"), nodes)
+    assert names(plan["manifests"]) == ["nvidia-cdi"]
+    assert [s["name"] for s in plan["skipped"]] == ["nvidia"] and "GPU Operator owns it" in plan["skipped"][0]["reason"]
+    nodes[0]["operator_runtimeclasses"] = []
+    assert names(rc.plan_runtimeclasses(cluster("rke2", "v1.29.12+rke2r1"), nodes)["manifests"]) == ["nvidia", "nvidia-cdi"]
+    with pytest.raises(rc.RuntimeClassPlanError, match=r"nodes\[0\] \(gpu1\).gpu_operator must be true or false"):
+        rc.plan_runtimeclasses(cluster(), [{"host": "gpu1", "handlers": [], "gpu_operator": "yes"}])
+
+
 def test_select_by_handler_label():
     """Each class selects the nodes the gpu_node role labelled with its own handler, plus the common selector."""
     nodes = [{"host": "gpu1", "handlers": ["nvidia", "nvidia-cdi", "nvidia-legacy"]}]
@@ -253,10 +265,10 @@ BAD_INPUT = [
     ("disabled-not-bool", cluster(runtimeclasses_disabled="yes"), GOOD_NODES, {},
      r"^cluster.runtimeclasses_disabled must be true or false \(true when the servers run with disable: \[runtimes\]\), got 'yes'"),
     ("nodes-dict", cluster(), {"host": "a", "handlers": []}, {},
-     r"^nodes must be a list of \{host, handlers\[, operator_runtimeclasses\]\} dicts, got dict"),
+     r"^nodes must be a list of \{host, handlers\[, gpu_operator, operator_runtimeclasses\]\} dicts, got dict"),
     ("node-str", cluster(), ["gpu1"], {}, r"^nodes\[0\] must be a dict with host and handlers, got str 'gpu1'"),
     ("node-unknown-key", cluster(), [{"host": "a", "handler": ["nvidia"]}], {},
-     r"^nodes\[0\] has unknown key\(s\) handler; the keys are host, handlers, operator_runtimeclasses$"),
+     r"^nodes\[0\] has unknown key\(s\) handler; the keys are host, handlers, gpu_operator, operator_runtimeclasses$"),
     ("host-missing", cluster(), [{"handlers": []}], {},
      r"^nodes\[0\].host must be the inventory hostname \(a non-empty string\), got None"),
     ("host-empty", cluster(), [{"host": " ", "handlers": []}], {}, r"^nodes\[0\].host must be the inventory hostname"),
