@@ -12,24 +12,20 @@ the cluster's release ships itself (k3s runtimes.yaml manifest, rke2-runtimeclas
 release ships which names is `_distro`'s feature table, not a rule here) and the ones the GPU
 Operator creates: two owners of one object would overwrite each other.
 
-Rendering lives here too, not in a filter with PyYAML: the manifest text is what lands in the
-server's auto-deploy directory, so it must be byte-stable across controllers (no dependence on the
-PyYAML version or its emitter settings, or `copy` would report a change for nothing), and a module
-that writes it on the server can use it without PyYAML on the node. RuntimeClass fields are
-maps of strings, so a small emitter that writes every scalar with json.dumps (JSON strings are
-valid YAML) is enough; the unit tests read its output back with PyYAML.
+Rendering goes through `_manifest_yaml` (stdlib, byte-stable across controllers), not PyYAML: the
+text lands in the server's auto-deploy directory and `copy` must not see a change for nothing.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 import re
 
 from collections.abc import Mapping
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _manifest_yaml as manifest_yaml
 
 API_VERSION = "node.k8s.io/v1"
 KIND = "RuntimeClass"
@@ -348,31 +344,6 @@ def plan_runtimeclasses(cluster, nodes, node_selector=None, overhead=None, selec
 # Field order in the text: Kubernetes' own order for the known fields, then alphabetical.
 _KEY_ORDER = ("apiVersion", "kind", "metadata", "name", "labels", "annotations", "handler",
               "overhead", "podFixed", "scheduling", "nodeSelector", "tolerations")
-_PLAIN_KEY = re.compile(r"[A-Za-z][A-Za-z0-9]*\Z")
-# YAML 1.1 words a plain key would turn into booleans or null (PyYAML reads YAML 1.1).
-_YAML_SPECIAL = ("y", "n", "yes", "no", "on", "off", "true", "false", "null")
-
-
-def _key_rank(key):
-    return (_KEY_ORDER.index(key) if key in _KEY_ORDER else len(_KEY_ORDER), key)
-
-
-def _yaml_key(key):
-    if _PLAIN_KEY.match(key) and key.lower() not in _YAML_SPECIAL:
-        return key
-    return json.dumps(key)
-
-
-def _yaml_lines(mapping, indent, lines):
-    pad = "  " * indent
-    for key in sorted((str(key) for key in mapping), key=_key_rank):
-        value = mapping[key]
-        if isinstance(value, Mapping) and value:
-            lines.append("%s%s:" % (pad, _yaml_key(key)))
-            _yaml_lines(value, indent + 1, lines)
-        else:
-            # scalars, empty maps and lists in JSON flow style, which YAML reads as is
-            lines.append("%s%s: %s" % (pad, _yaml_key(key), json.dumps(value, sort_keys=True)))
 
 
 def render_manifest_yaml(manifests):
@@ -391,8 +362,6 @@ def render_manifest_yaml(manifests):
         checked.append((name, handler, manifest))
     checked.sort(key=lambda item: item[0])
     handlers = ", ".join(handler for _name, handler, _manifest in checked) or "none"
-    lines = ["# Managed by %s; edits are overwritten. RuntimeClasses for the handlers: %s" % (MANAGED_BY, handlers)]
-    for _name, _handler, manifest in checked:
-        lines.append("---")
-        _yaml_lines(manifest, 0, lines)
-    return "\n".join(lines) + "\n"
+    return manifest_yaml.render_documents(
+        "Managed by %s; edits are overwritten. RuntimeClasses for the handlers: %s" % (MANAGED_BY, handlers),
+        [manifest for _name, _handler, manifest in checked], _KEY_ORDER)
