@@ -194,12 +194,12 @@ def available_nvidia_runtimes(fs, k3s_found, service_path, toolkit_dirs):
     for name, binary in distro.NVIDIA_RUNTIMES:
         if name in by_name:
             result.append({"name": name, "binary": by_name[name]["binary"], "source": "k3s",
-                           "runtime_type": distro.RUNC_V2})
+                           "runtime_type": distro.RUNC_V2, "owner": owner_of(by_name[name]["binary"])})
             continue
         path = _lookpath(fs, search, binary)
         if path:
             result.append({"name": name, "binary": path, "source": _source_of(path, toolkit_dirs),
-                           "runtime_type": distro.RUNC_V2})
+                           "runtime_type": distro.RUNC_V2, "owner": owner_of(path)})
     return result
 
 
@@ -210,6 +210,27 @@ def _source_of(path, toolkit_dirs):
     if directory in toolkit_dirs:
         return "toolkit_dirs"
     return "path"
+
+
+def owner_of(binary):
+    """Which layout a runtime binary belongs to: the GPU Operator's toolkit dir, or the host's own."""
+    return distro.OWNER_GPU_OPERATOR if posixpath.dirname(binary) == distro.GPU_OPERATOR_TOOLKIT_DIR else distro.OWNER_HOST
+
+
+def host_toolkit_facts(fs, service_path, toolkit_dirs):
+    """NVIDIA runtime binaries installed on the host itself (packages, a custom dir), outside the operator's dir.
+
+    k3s searches the operator's dir first, so a host toolkit next to the operator's is masked rather
+    than replaced; this finds it anyway (two toolkits on one node is what the roles refuse).
+    """
+    search = [d for d in list(toolkit_dirs) + service_path.split(":")
+              if d.startswith("/") and d != distro.GPU_OPERATOR_TOOLKIT_DIR]
+    binaries = []
+    for _name, binary in distro.NVIDIA_RUNTIMES:
+        path = _lookpath(fs, search, binary)
+        if path:
+            binaries.append(path)
+    return {"present": bool(binaries), "runtime_binaries": binaries}
 
 
 # --- service environment ---------------------------------------------------------------------------
@@ -560,14 +581,16 @@ def toolkit_facts(fs, run_command, root_is_host):
     return {"version": version, "version_source": source, "nvidia_ctk": ctk}
 
 
-def operator_facts(fs):
+def operator_facts(fs, runtimes):
+    """The GPU Operator's layout, and which of the node's NVIDIA runtimes run its binaries."""
     toolkit_dir = distro.GPU_OPERATOR_TOOLKIT_DIR
     present = fs.is_dir(toolkit_dir)
     binaries = [name for name in fs.listdir(toolkit_dir) if name.startswith("nvidia-container-runtime")] if present else []
     return {
         "toolkit_dir": toolkit_dir,
         "present": present and bool(binaries),
-        "runtime_binaries": binaries,
+        "runtime_binaries": sorted(binaries),
+        "runtimes": [r["name"] for r in runtimes if r["owner"] == distro.OWNER_GPU_OPERATOR],
         "driver_container": fs.is_dir("/run/nvidia/driver/usr"),
     }
 
@@ -753,7 +776,8 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
     facts["driver"] = driver_facts(fs)
     facts["cdi"] = cdi_facts(fs)
     facts["toolkit"] = toolkit_facts(fs, run_command, root_is_host)
-    facts["gpu_operator"] = operator_facts(fs)
+    facts["gpu_operator"] = operator_facts(fs, facts["runtimes"])
+    facts["host_toolkit"] = host_toolkit_facts(fs, service["path"], list(toolkit_dirs))
     names, read = config_runtimes(fs, paths["config"])
     facts["loaded_config"] = {"path": paths["config"], "exists": names is not None, "runtimes": names or [],
                               "files": read}

@@ -131,6 +131,9 @@ NVIDIA_RUNTIMES = (
 )
 
 GPU_OPERATOR_TOOLKIT_DIR = "/usr/local/nvidia/toolkit"
+# Who owns a runtime binary: the GPU Operator (its toolkit dir) or the host (packages, a custom dir).
+OWNER_GPU_OPERATOR = "gpu-operator"
+OWNER_HOST = "host"
 KWASM_DIR = "/opt/kwasm/bin"
 
 # Stat era (before the LookPath refactor): fixed directories per runtime group, first match wins.

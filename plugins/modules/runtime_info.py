@@ -194,6 +194,8 @@ runtimes:
   description:
     - The NVIDIA runtimes installed on the node. C(source) is V(k3s) when the release detects it
       itself, else where it was found (V(gpu-operator), V(toolkit_dirs), V(path)).
+    - C(owner) is the layout the binary belongs to, V(gpu-operator) (under C(/usr/local/nvidia/toolkit))
+      or V(host) (a package or a custom directory).
   returned: success
   type: list
   elements: dict
@@ -202,6 +204,7 @@ runtimes:
       binary: /usr/bin/nvidia-container-runtime.legacy
       runtime_type: io.containerd.runc.v2
       source: path
+      owner: host
 default_runtime:
   description: C(default-runtime) as k3s/rke2 reads it from config.yaml and config.yaml.d, and the file that set it.
   returned: success
@@ -251,9 +254,29 @@ toolkit:
   returned: success
   type: dict
 gpu_operator:
-  description: GPU Operator layout - whether C(/usr/local/nvidia/toolkit) holds runtime binaries, and a driver container root.
+  description:
+    - GPU Operator layout - whether C(/usr/local/nvidia/toolkit) holds runtime binaries (C(present),
+      C(runtime_binaries)), which of the node's NVIDIA runtimes run them (C(runtimes); each is the
+      handler of the RuntimeClass of the same name), and whether the operator's driver container root exists
+      (C(driver_container)).
   returned: success
   type: dict
+  sample:
+    toolkit_dir: /usr/local/nvidia/toolkit
+    present: true
+    runtime_binaries: [nvidia-container-runtime, nvidia-container-runtime.cdi]
+    runtimes: [nvidia, nvidia-cdi]
+    driver_container: false
+host_toolkit:
+  description:
+    - NVIDIA runtime binaries of a toolkit installed on the host itself (service PATH and O(toolkit_dirs), the
+      operator's directory left out). k3s searches the operator's directory first, so with both on a node the
+      host's binaries are masked; the C(gpu_node) role refuses that state.
+  returned: success
+  type: dict
+  sample:
+    present: true
+    runtime_binaries: [/usr/bin/nvidia-container-runtime]
 files:
   description: State, mode and version line of the templates, drop-ins and configs (text too with O(include_content)).
   returned: success
