@@ -33,9 +33,10 @@ options:
   nodes:
     description:
       - One entry per node - C(host) (inventory hostname), C(handlers) (the runtime handler names the node has after
-        configuration, V([]) for none), optional C(gpu_operator) (V(true) when the node has the GPU Operator layout, so the
-        operator then owns the RuntimeClass V(nvidia)), optional C(operator_runtimeclasses) (RuntimeClass names the GPU Operator
-        creates, such as V([nvidia])).
+        configuration, V([]) for none), optional C(gpu_operator) (V(true) when the node has the GPU Operator layout; the
+        operator then manages the RuntimeClasses V(nvidia), V(nvidia-cdi) and V(nvidia-legacy): it creates some and deletes
+        the others on every reconcile, by its CDI mode), optional C(operator_runtimeclasses) (the RuntimeClass names the
+        GPU Operator manages in its mode, from P(k3s_gpu.nvidia.gpu_operator_plan#filter)).
     type: list
     elements: dict
     required: true
@@ -114,6 +115,12 @@ _value:
       description: Every handler a node reported, with the hosts that have it (sorted).
       type: dict
       sample: {nvidia: [gpu1, gpu2], nvidia-cdi: [gpu1]}
+    owners:
+      description:
+        - For each NVIDIA handler a node reported, who makes its RuntimeClass - the distribution (V(k3s), V(rke2)) when
+          its release ships it, V(gpu-operator), or V(k3s_gpu.nvidia) (this plan).
+      type: dict
+      sample: {nvidia: k3s, nvidia-cdi: gpu-operator, nvidia-legacy: k3s_gpu.nvidia}
 """
 
 from ansible.errors import AnsibleFilterError

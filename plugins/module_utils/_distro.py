@@ -157,6 +157,38 @@ SHIPPED_RUNTIMECLASSES = {
 # embedded manifests/runtimes.yaml (#8936) into <data-dir>/server/manifests at each start and the
 # deploy controller applies it; rke2 is built with no_stage and deploys chart rke2-runtimeclasses
 # (rancher/rke2 #7382). `disable` is the config.yaml `disable:` item that turns it off.
+# --- NVIDIA GPU Operator (operator mode) -----------------------------------------------------------
+# Sources: NVIDIA/gpu-operator tags v24.9.2, v25.3.4, v25.10.1, v26.3.3 (values.yaml, controllers/
+# object_controls.go RuntimeClasses()), tests/unit/fixtures/gpu_operator/README.md, k3s-facts §8.3.
+GPU_OPERATOR_CHART = {
+    "name": "gpu-operator",
+    "repo": "https://helm.ngc.nvidia.com/nvidia",
+    # NVIDIA lists K3s as supported from v26.3.0
+    "default_version": "v26.3.3",
+    # toolkit.installDir; k3s/rke2 search only <installDir>/toolkit (= GPU_OPERATOR_TOOLKIT_DIR)
+    "install_dir": "/usr/local/nvidia",
+    # operator.runtimeClass: the name AND handler of the operator's main RuntimeClass
+    "runtime_class": "nvidia",
+}
+# chart line -> what its values mean: cdi.enabled default, NRI plugin mode (cdi.nriPluginEnabled)
+GPU_OPERATOR_LINES = {
+    "24.9": {"cdi_default": False, "nri": False},
+    "25.3": {"cdi_default": False, "nri": False},
+    "25.10": {"cdi_default": True, "nri": False},
+    "26.3": {"cdi_default": True, "nri": True},
+}
+# The RuntimeClasses the operator reconciles, in every line above, by its mode: it creates some and
+# DELETES the others on every reconcile, without looking at who made them. It also takes over an
+# existing object of a name it creates (a controller ownerReference; garbage-collected on uninstall).
+GPU_OPERATOR_RUNTIMECLASSES = {
+    "cdi": {"created": ("nvidia", "nvidia-cdi", "nvidia-legacy"), "deleted": ()},
+    "legacy": {"created": ("nvidia",), "deleted": ("nvidia-cdi", "nvidia-legacy")},
+    "nri": {"created": (), "deleted": ("nvidia", "nvidia-cdi", "nvidia-legacy")},
+}
+# containerd needed on the node per operator mode (RKE2 docs add-ons/gpu_operators.md: CDI mode
+# "requires containerd 2.0", NRI plugin mode containerd 2.1)
+GPU_OPERATOR_MODE_CONTAINERD = {"cdi": "2.0", "nri": "2.1", "legacy": None}
+
 RUNTIMECLASS_SOURCES = {
     K3S: {"mechanism": "runtimes.yaml manifest (applied by its deploy controller)", "disable": "runtimes"},
     RKE2: {"mechanism": "rke2-runtimeclasses chart", "disable": "rke2-runtimeclasses"},
@@ -283,6 +315,8 @@ def distribution_paths(distribution, data_dir=None):
         "dropin_v3": "%s/%s/%s.toml" % (containerd_dir, DROPIN_DIRS[3], MANAGED_FILE_STEM),
         "dropin_v2": "%s/%s/%s.toml" % (containerd_dir, DROPIN_DIRS[2], MANAGED_FILE_STEM),
         "manifests_dir": data_dir + "/server/manifests",
+        # served by the server at https://%{KUBERNETES_API}%/static/charts/ (air-gapped HelmCharts)
+        "static_charts_dir": data_dir + "/server/static/charts",
         "config_yaml": spec["config_dir"] + "/config.yaml",
         "config_yaml_d": spec["config_dir"] + "/config.yaml.d",
         "default_runtime_file": "%s/config.yaml.d/%s.yaml" % (spec["config_dir"], MANAGED_FILE_STEM),

@@ -167,3 +167,351 @@ def _default_runtime_now(info, result, who):
         "%s: default runtime %s waits for the GPU Operator's toolkit (not on the node yet); run the role again once "
         "%s holds it" % (who, name, info["gpu_operator"]["toolkit_dir"]))
     return result
+
+
+# --- one cluster -----------------------------------------------------------------------------------
+
+def chart_line(version):
+    """'v26.3.3' -> '26.3', refused when this collection does not know the line."""
+    if not isinstance(version, str) or not _CHART_VERSION.match(version):
+        raise GpuOperatorPlanError("chart_version %r is not a chart version like %s" % (
+            version, distro.GPU_OPERATOR_CHART["default_version"]))
+    major, minor = version.lstrip("v").split(".")[:2]
+    line = "%s.%s" % (int(major), int(minor))
+    if line not in distro.GPU_OPERATOR_LINES:
+        raise GpuOperatorPlanError(
+            "chart_version %s: this collection knows the GPU Operator lines %s (what each creates and deletes, its "
+            "values); use one of those, for example %s" % (version, ", ".join(sorted(distro.GPU_OPERATOR_LINES, key=_line_key)),
+                                                            distro.GPU_OPERATOR_CHART["default_version"]))
+    return line
+
+
+def _line_key(line):
+    return tuple(int(part) for part in line.split("."))
+
+
+def operator_runtimeclasses(mode):
+    """Every RuntimeClass name the operator manages in a mode (creates or deletes), and the reason."""
+    rule = distro.GPU_OPERATOR_RUNTIMECLASSES[mode]
+    names = sorted(rule["created"] + rule["deleted"])
+    return names, rule
+
+
+def _dotted(mapping, prefix=""):
+    for key, value in mapping.items():
+        path = prefix + str(key)
+        yield path, value
+        if isinstance(value, Mapping):
+            for item in _dotted(value, path + "."):
+                yield item
+
+
+def _get(mapping, path, default=None):
+    value = mapping
+    for part in path.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return default
+        value = value[part]
+    return value
+
+
+def _merge(base, extra):
+    """Deep merge of Helm values: maps merge key by key, anything else replaces (as Helm does)."""
+    result = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
+            result[key] = _merge(result[key], value)
+        else:
+            result[key] = copy.deepcopy(value)
+    return result
+
+
+def _check_settings(settings):
+    if not isinstance(settings, Mapping):
+        raise GpuOperatorPlanError("settings must be a dict, got %s" % _type_name(settings))
+    unknown = sorted(str(key) for key in settings if key not in SETTING_KEYS)
+    if unknown:
+        raise GpuOperatorPlanError("unknown setting(s) %s; the settings are %s" % (", ".join(unknown), ", ".join(SETTING_KEYS)))
+    checked = {
+        "chart_version": settings.get("chart_version") or distro.GPU_OPERATOR_CHART["default_version"],
+        "chart_repo": settings.get("chart_repo") or distro.GPU_OPERATOR_CHART["repo"],
+        "chart_archive": settings.get("chart_archive") or "",
+        "namespace": settings.get("namespace") or "gpu-operator",
+        "cdi": settings.get("cdi", None),
+        "driver": settings.get("driver", "auto"),
+        "toolkit": settings.get("toolkit", True),
+        "values": settings.get("values") or {},
+        "helmchart_spec": settings.get("helmchart_spec") or {},
+    }
+    checked["line"] = chart_line(checked["chart_version"])
+    if not re.match(r"(https|http|oci)://[^\s]+\Z", str(checked["chart_repo"])):
+        raise GpuOperatorPlanError("gpu_node_operator_chart_repo %r is not an https://, http:// or oci:// URL" % (
+            checked["chart_repo"],))
+    archive = checked["chart_archive"]
+    if archive and not (isinstance(archive, str) and _CHART_ARCHIVE.match(archive)):
+        raise GpuOperatorPlanError("gpu_node_operator_chart_archive %r must be a file name ending in .tgz (the archive is "
+                                   "copied to the server's static/charts directory)" % (archive,))
+    if not isinstance(checked["namespace"], str) or not _DNS1123_LABEL.match(checked["namespace"]):
+        raise GpuOperatorPlanError("gpu_node_operator_namespace %r is not a namespace name (lowercase letters, digits, "
+                                   "'-')" % (checked["namespace"],))
+    if checked["cdi"] is not None and not isinstance(checked["cdi"], bool):
+        raise GpuOperatorPlanError("gpu_node_operator_cdi must be true, false or null (the chart's default), got %r" % (
+            checked["cdi"],))
+    if checked["driver"] != "auto" and not isinstance(checked["driver"], bool):
+        raise GpuOperatorPlanError("gpu_node_operator_driver must be auto, true or false, got %r" % (checked["driver"],))
+    if not isinstance(checked["toolkit"], bool):
+        raise GpuOperatorPlanError("gpu_node_operator_toolkit must be true or false, got %r" % (checked["toolkit"],))
+    for name in ("values", "helmchart_spec"):
+        if not isinstance(checked[name], Mapping):
+            raise GpuOperatorPlanError("gpu_node_operator_%s must be a dict, got %s" % (name, _type_name(checked[name])))
+    return checked
+
+
+def _check_nodes(nodes):
+    if not isinstance(nodes, (list, tuple)):
+        raise GpuOperatorPlanError("nodes must be a list of {host, mode, driver_install} dicts, got %s" % _type_name(nodes))
+    checked = []
+    for index, node in enumerate(nodes):
+        where = "nodes[%d]" % index
+        if not isinstance(node, Mapping):
+            raise GpuOperatorPlanError("%s must be a dict, got %s" % (where, _type_name(node)))
+        unknown = sorted(str(key) for key in node if key not in NODE_KEYS)
+        if unknown:
+            raise GpuOperatorPlanError("%s has unknown key(s) %s; the keys are %s" % (where, ", ".join(unknown), ", ".join(NODE_KEYS)))
+        host = node.get("host")
+        if not isinstance(host, str) or not host:
+            raise GpuOperatorPlanError("%s.host must be the inventory hostname, got %r" % (where, host))
+        mode = node.get("mode", MODE_HOST)
+        if mode not in MODES:
+            raise GpuOperatorPlanError("%s (%s): gpu_node_mode is %r; use host or operator" % (where, host, mode))
+        driver_install = node.get("driver_install", False)
+        if not isinstance(driver_install, bool):
+            raise GpuOperatorPlanError("%s (%s).driver_install must be true or false, got %r" % (where, host, driver_install))
+        checked.append({"host": host, "mode": mode, "driver_install": driver_install})
+    return checked
+
+
+def _cluster_profile(cluster):
+    if not isinstance(cluster, Mapping) or cluster.get("distribution") not in (distro.K3S, distro.RKE2):
+        raise GpuOperatorPlanError("cluster must be the runtime_info result of a k3s or rke2 server (distribution, "
+                                   "release, paths); operator mode deploys a k3s/rke2 HelmChart")
+    try:
+        return distro.profile(cluster["distribution"], cluster.get("release"))
+    except distro.ReleaseError as exc:
+        raise GpuOperatorPlanError("cluster release: %s" % exc)
+
+
+def _operator_mode(settings, line, profile):
+    """cdi | legacy | nri, from gpu_node_operator_cdi and the user's cdi.nriPluginEnabled; checked against containerd."""
+    facts = distro.GPU_OPERATOR_LINES[line]
+    cdi = facts["cdi_default"] if settings["cdi"] is None else settings["cdi"]
+    nri = _get(settings["values"], "cdi.nriPluginEnabled", False) is True
+    if nri and not facts["nri"]:
+        raise GpuOperatorPlanError("values cdi.nriPluginEnabled: the GPU Operator %s has no NRI plugin mode (it came with "
+                                   "v26.3)" % settings["chart_version"])
+    if nri and not cdi:
+        raise GpuOperatorPlanError("values cdi.nriPluginEnabled needs CDI: set gpu_node_operator_cdi=true (the chart "
+                                   "refuses NRI without it)")
+    mode = "nri" if nri else "cdi" if cdi else "legacy"
+    needed = distro.GPU_OPERATOR_MODE_CONTAINERD[mode]
+    if needed and _line_key(profile["containerd"]) < _line_key(needed):
+        raise GpuOperatorPlanError(
+            "the GPU Operator's %s mode needs containerd %s or newer, and %s %s ships containerd %s. %s" % (
+                "NRI plugin" if mode == "nri" else "CDI", needed, profile["distribution"], profile["release"],
+                profile["containerd"],
+                "Set gpu_node_operator_cdi=false (the operator's runtimes then inject devices themselves), or upgrade "
+                "to a release with containerd 2 (v1.31.6+, v1.32.2+)" if mode == "cdi" else
+                "Drop cdi.nriPluginEnabled, or upgrade to a release with containerd 2.1"))
+    return mode
+
+
+def _resolve_driver(settings, operator_nodes):
+    """driver.enabled: the setting, or (auto) off when the role installs the host driver on these nodes."""
+    installing = sorted(node["host"] for node in operator_nodes if node["driver_install"])
+    if settings["driver"] != "auto":
+        if settings["driver"] and installing:
+            raise GpuOperatorPlanError(
+                "gpu_node_operator_driver=true, but the role installs the host driver on %s (gpu_node_driver_install): two "
+                "owners for the kernel module. Turn one of them off." % ", ".join(installing))
+        return settings["driver"]
+    if installing and len(installing) != len(operator_nodes):
+        others = sorted(node["host"] for node in operator_nodes if not node["driver_install"])
+        raise GpuOperatorPlanError(
+            "the GPU Operator's driver.enabled is one setting for the whole cluster, but the role installs the host driver "
+            "on %s and not on %s. Set gpu_node_driver_install the same on every operator-mode node, or set "
+            "gpu_node_operator_driver explicitly" % (", ".join(installing), ", ".join(others)))
+    return not installing
+
+
+# values this collection decides; the user's values may repeat them only with the same value
+_OWNED_VALUES = {
+    "driver.enabled": "gpu_node_operator_driver",
+    "toolkit.enabled": "gpu_node_operator_toolkit",
+    "cdi.enabled": "gpu_node_operator_cdi",
+}
+
+
+def _check_user_values(values, cluster_paths, ours):
+    for path, setting in _OWNED_VALUES.items():
+        given = _get(values, path)
+        if given is not None and given != _get(ours, path):
+            raise GpuOperatorPlanError("gpu_node_operator_values sets %s=%r; set %s instead (the role reads it too, to keep "
+                                       "the host and the operator apart)" % (path, given, setting))
+    install_dir = _get(values, "toolkit.installDir")
+    if install_dir is not None and install_dir.rstrip("/") != distro.GPU_OPERATOR_CHART["install_dir"]:
+        raise GpuOperatorPlanError(
+            "gpu_node_operator_values sets toolkit.installDir=%r: k3s and rke2 look for the operator's runtimes only in "
+            "%s, so they would never see them. Leave it at %s" % (
+                install_dir, distro.GPU_OPERATOR_TOOLKIT_DIR, distro.GPU_OPERATOR_CHART["install_dir"]))
+    runtime_class = _get(values, "operator.runtimeClass")
+    if runtime_class is not None and runtime_class != distro.GPU_OPERATOR_CHART["runtime_class"]:
+        raise GpuOperatorPlanError(
+            "gpu_node_operator_values sets operator.runtimeClass=%r: the operator uses it as the runtime handler too, and "
+            "k3s/rke2 configure the handler %s only. Leave it at %s" % (
+                runtime_class, distro.GPU_OPERATOR_CHART["runtime_class"], distro.GPU_OPERATOR_CHART["runtime_class"]))
+    env = _get(values, "toolkit.env")
+    if env is None:
+        return
+    if not isinstance(env, (list, tuple)) or not all(isinstance(item, Mapping) and "name" in item for item in env):
+        raise GpuOperatorPlanError("gpu_node_operator_values toolkit.env must be a list of {name, value} dicts")
+    containerd_dir = cluster_paths["containerd_dir"]
+    for item in env:
+        name, value = str(item["name"]), str(item.get("value", ""))
+        where = "gpu_node_operator_values toolkit.env %s=%s" % (name, value)
+        if name in _SOCKET_ENV and value != K3S_CONTAINERD_SOCKET:
+            raise GpuOperatorPlanError("%s: k3s and rke2 run containerd at %s; the collection sets it" % (
+                where, K3S_CONTAINERD_SOCKET))
+        if name in _CONFIG_ENV and (value == containerd_dir or value.startswith(containerd_dir + "/")):
+            raise GpuOperatorPlanError(
+                "%s points the operator at the containerd config that %s regenerates at every start (or at its template "
+                "or drop-in directory): the operator's edits are lost or break the template (NVIDIA/gpu-operator #473, "
+                "rancher/rke2 #8752). Drop it: k3s/rke2 detect the operator's runtimes in %s themselves" % (
+                    where, "k3s/rke2", distro.GPU_OPERATOR_TOOLKIT_DIR))
+        if name in _SET_AS_DEFAULT_ENV and value.strip().lower() in ("true", "1"):
+            raise GpuOperatorPlanError(
+                "%s: the operator would write the default runtime into a containerd config k3s/rke2 do not read (or "
+                "regenerate), so it is lost. Set gpu_node_default_runtime instead: the role writes default-runtime "
+                "into config.yaml.d, which survives regeneration" % where)
+
+
+def _values(settings, driver_enabled, cluster_paths):
+    ours = {"driver": {"enabled": driver_enabled}, "toolkit": {"enabled": settings["toolkit"]},
+            "cdi": {"enabled": settings["cdi"] if settings["cdi"] is not None
+                    else distro.GPU_OPERATOR_LINES[settings["line"]]["cdi_default"]}}
+    if settings["toolkit"]:
+        # the operator signals k3s's containerd there (k3s then restarts and detects the new runtimes)
+        ours["toolkit"]["env"] = [{"name": "CONTAINERD_SOCKET", "value": K3S_CONTAINERD_SOCKET}]
+    user = settings["values"]
+    _check_user_values(user, cluster_paths, ours)
+    merged = _merge(ours, dict((k, v) for k, v in user.items() if k != "toolkit"))
+    user_toolkit = dict(user.get("toolkit") or {})
+    user_env = list(user_toolkit.pop("env", None) or [])
+    merged["toolkit"] = _merge(merged["toolkit"], user_toolkit)
+    if user_env or "env" in merged["toolkit"]:
+        names = set(str(item["name"]) for item in user_env)
+        merged["toolkit"]["env"] = [item for item in merged["toolkit"].get("env", []) if item["name"] not in names] + [
+            dict(item) for item in user_env]
+    return merged
+
+
+def _check_spec(extra, profile):
+    fields = distro.helmchart_spec_fields(profile)
+    for key in extra:
+        if key in _SPEC_OWNED:
+            raise GpuOperatorPlanError("gpu_node_operator_helmchart_spec sets %s, which the collection writes (%s)" % (
+                key, _SPEC_OWNED[key]))
+        if key not in fields:
+            raise GpuOperatorPlanError(
+                "gpu_node_operator_helmchart_spec.%s: the HelmChart of %s %s (helm-controller %s) has no such field; "
+                "the API server would drop it silently. Its fields: %s" % (
+                    key, profile["distribution"], profile["release"], distro.helm_controller_version(profile),
+                    ", ".join(sorted(fields))))
+
+
+_SPEC_OWNED = {
+    "chart": "gpu_node_operator_chart_repo / gpu_node_operator_chart_archive",
+    "repo": "gpu_node_operator_chart_repo",
+    "version": "gpu_node_operator_chart_version",
+    "targetNamespace": "gpu_node_operator_namespace",
+    "createNamespace": "gpu_node_operator_namespace",
+    "valuesContent": "gpu_node_operator_values",
+}
+
+
+def values_text(values):
+    """The chart values as YAML text (HelmChart valuesContent), byte-stable."""
+    lines = []
+    manifest_yaml.mapping_lines(values, 0, (), lines)
+    return "\n".join(lines) + "\n"
+
+
+def plan_cluster(cluster, settings, nodes):
+    """The GPU Operator objects of one cluster.
+
+    cluster: the runtime_info result of the server that writes (distribution, release, paths).
+    settings: chart_version, chart_repo, chart_archive (a .tgz file name served from the server's
+    static/charts), namespace, cdi (bool or None = the chart's default), driver (auto | bool),
+    toolkit (bool), values (extra chart values), helmchart_spec (extra HelmChart spec fields).
+    nodes: [{host, mode, driver_install}] of the cluster's GPU nodes.
+
+    Returns {"wanted": bool (some node is in operator mode), "objects": [Namespace?, HelmChart],
+    "values": dict, "operator_mode": cdi|legacy|nri, "runtimeclasses": [names the operator manages],
+    "runtimeclasses_created", "runtimeclasses_deleted", "operator_nodes": [hosts], "chart_archive_path": str|None}.
+    """
+    profile = _cluster_profile(cluster)
+    checked = _check_settings(settings)
+    checked_nodes = _check_nodes(nodes)
+    operator_nodes = [node for node in checked_nodes if node["mode"] == MODE_OPERATOR]
+    host_nodes = [node["host"] for node in checked_nodes if node["mode"] == MODE_HOST]
+    if operator_nodes and host_nodes:
+        raise GpuOperatorPlanError(
+            "one cluster, two modes: %s in operator mode, %s in host mode. The GPU Operator runs its toolkit on every GPU "
+            "node of the cluster, so host-mode nodes would get a second toolkit. Set gpu_node_mode the same for the whole "
+            "cluster (k3s_gpu_cluster separates clusters in one inventory)" % (
+                ", ".join(sorted(node["host"] for node in operator_nodes)), ", ".join(sorted(host_nodes))))
+    mode = _operator_mode(checked, checked["line"], profile)
+    names, rule = operator_runtimeclasses(mode)
+    result = {"wanted": bool(operator_nodes), "objects": [], "values": {}, "operator_mode": mode,
+              "runtimeclasses": names, "runtimeclasses_created": sorted(rule["created"]),
+              "runtimeclasses_deleted": sorted(rule["deleted"]), "operator_nodes": sorted(n["host"] for n in operator_nodes),
+              "chart_archive_path": None, "chart_version": checked["chart_version"]}
+    if not operator_nodes:
+        return result
+    _check_spec(checked["helmchart_spec"], profile)
+    values = _values(checked, _resolve_driver(checked, operator_nodes), cluster["paths"])
+    spec = dict(checked["helmchart_spec"])
+    if checked["chart_archive"]:
+        spec["chart"] = STATIC_CHARTS_URL + checked["chart_archive"]
+        result["chart_archive_path"] = posixpath.join(cluster["paths"]["static_charts_dir"], checked["chart_archive"])
+    else:
+        spec.update({"chart": distro.GPU_OPERATOR_CHART["name"], "repo": checked["chart_repo"],
+                     "version": checked["chart_version"]})
+    spec["targetNamespace"] = checked["namespace"]
+    spec["valuesContent"] = values_text(values)
+    objects = []
+    labels = {MANAGED_BY_LABEL: MANAGED_BY}
+    if "createNamespace" in distro.helmchart_spec_fields(profile):
+        spec["createNamespace"] = True
+    else:
+        objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": checked["namespace"], "labels": labels}})
+    objects.append({"apiVersion": HELMCHART_API_VERSION, "kind": HELMCHART_KIND,
+                    "metadata": {"name": HELMCHART_NAME, "namespace": HELMCHART_NAMESPACE, "labels": labels},
+                    "spec": spec})
+    result["objects"] = objects
+    result["values"] = values
+    return result
+
+
+_KEY_ORDER = ("apiVersion", "kind", "metadata", "name", "namespace", "labels", "spec", "chart", "repo", "version",
+              "targetNamespace", "createNamespace")
+
+
+def render_manifest(plan):
+    """The manifest text for the auto-deploy directory (a comment, then one document per object)."""
+    if not plan.get("objects"):
+        raise GpuOperatorPlanError("no GPU Operator objects to render (no node of the cluster is in operator mode); "
+                                   "remove the manifest instead")
+    return manifest_yaml.render_documents(
+        "Managed by %s; edits are overwritten. NVIDIA GPU Operator %s (%s mode) for k3s/rke2." % (
+            MANAGED_BY, plan["chart_version"], plan["operator_mode"]),
+        plan["objects"], _KEY_ORDER)

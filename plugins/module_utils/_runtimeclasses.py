@@ -43,12 +43,14 @@ CLUSTER_DISTRIBUTIONS = (distro.K3S, distro.RKE2)
 HANDLER_LABEL_PREFIX = "k3s-gpu.nvidia/handler."
 HANDLER_LABEL_VALUE = "true"
 
-# The RuntimeClass NVIDIA's GPU Operator creates itself on a cluster where it runs (k3s-facts §6; not
-# in its NRI plugin mode). A node reporting the operator layout (gpu_operator: true) implies these.
-OPERATOR_RUNTIMECLASSES = ("nvidia",)
+# The RuntimeClasses NVIDIA's GPU Operator manages on a cluster where it runs: by its mode it creates
+# some and deletes the others on every reconcile, whoever made them (_distro.GPU_OPERATOR_RUNTIMECLASSES).
+# A node reporting the operator layout (gpu_operator: true) in an unknown mode implies all of them.
+OPERATOR_RUNTIMECLASSES = tuple(sorted(set(
+    name for rule in distro.GPU_OPERATOR_RUNTIMECLASSES.values() for name in rule["created"] + rule["deleted"])))
 
 NODE_KEYS = ("host", "handlers", "gpu_operator", "operator_runtimeclasses")
-PLAN_KEYS = ("manifests", "shipped", "skipped", "handlers")
+PLAN_KEYS = ("manifests", "shipped", "skipped", "handlers", "owners")
 
 # Kubernetes validation rules (k8s.io/apimachinery/pkg/util/validation): DNS-1123 label and
 # subdomain, qualified name (label key), label value.
@@ -305,7 +307,8 @@ def plan_runtimeclasses(cluster, nodes, node_selector=None, overhead=None, selec
 
     Returns {"manifests": [RuntimeClass dict, sorted by name], "shipped": [names the release ships,
     sorted], "skipped": [{"name", "reason"}, sorted by name], "handlers": {handler: [hosts]} (every
-    handler a node reported)}. Raises RuntimeClassPlanError (a ValueError) on bad input.
+    handler a node reported), "owners": {NVIDIA handler: who makes its RuntimeClass: the distribution
+    (k3s | rke2), gpu-operator, or k3s_gpu.nvidia}}. Raises RuntimeClassPlanError (a ValueError) on bad input.
     """
     if not isinstance(select_by_handler_label, bool):
         raise RuntimeClassPlanError(
@@ -317,7 +320,7 @@ def plan_runtimeclasses(cluster, nodes, node_selector=None, overhead=None, selec
 
     source = distro.RUNTIMECLASS_SOURCES[distribution]
     shipped = [] if disabled else sorted(profile["runtimeclasses"])
-    manifests, skipped = [], []
+    manifests, skipped, owners = [], [], {}
     for name in sorted(handler_hosts):
         if name not in NVIDIA_HANDLERS:
             continue
@@ -327,16 +330,19 @@ def plan_runtimeclasses(cluster, nodes, node_selector=None, overhead=None, selec
                 "%s %s ships the RuntimeClass %s in its %s" % (distribution, profile["release"], name, source["mechanism"]))
         if name in operator_hosts:
             reasons.append(
-                "the NVIDIA GPU Operator owns it (it creates the RuntimeClass %s; reported by %s)" % (
+                "the NVIDIA GPU Operator manages it (it creates or deletes the RuntimeClass %s; for %s)" % (
                     name, ", ".join(operator_hosts[name])))
         if reasons:
             skipped.append({"name": name, "reason": "; ".join(reasons)})
+            # k3s re-applies its manifest at every start: the release wins the object over the operator
+            owners[name] = distribution if name in shipped else distro.OWNER_GPU_OPERATOR
         else:
+            owners[name] = MANAGED_BY
             own_selector = dict(selector or {})
             if select_by_handler_label:
                 own_selector[handler_label(name)] = HANDLER_LABEL_VALUE
             manifests.append(runtimeclass_manifest(name, own_selector, pod_fixed))
-    return {"manifests": manifests, "shipped": shipped, "skipped": skipped, "handlers": handler_hosts}
+    return {"manifests": manifests, "shipped": shipped, "skipped": skipped, "handlers": handler_hosts, "owners": owners}
 
 
 # --- rendering -----------------------------------------------------------------------------------

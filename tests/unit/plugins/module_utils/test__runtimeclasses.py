@@ -105,9 +105,10 @@ def names(manifests):
 def test_release_line(case):
     distribution, release, ships = case
     plan = rc.plan_runtimeclasses(cluster(distribution, release), FLEET)
-    assert sorted(plan) == ["handlers", "manifests", "shipped", "skipped"]
+    assert sorted(plan) == ["handlers", "manifests", "owners", "shipped", "skipped"]
     assert plan["shipped"] == (ships or [])
     expected = NOT_SHIPPED if ships else ALL_NVIDIA
+    assert plan["owners"] == dict((name, "k3s_gpu.nvidia" if name in expected else distribution) for name in ALL_NVIDIA)
     assert names(plan["manifests"]) == expected
     assert [manifest["handler"] for manifest in plan["manifests"]] == expected
     assert "nvidia-cdi" in expected  # never shipped by any release
@@ -139,14 +140,18 @@ def test_manifest_shape():
     assert (rc.MANAGED_BY_LABEL, rc.MANAGED_BY) == ("app.kubernetes.io/managed-by", "k3s_gpu.nvidia")
 
 
-def test_gpu_operator_node_owns_nvidia():
-    """A node with the operator layout implies the classes the operator creates, unless named explicitly."""
-    nodes = [{"host": "gpu1", "handlers": ["nvidia", "nvidia-cdi"], "gpu_operator": True}]
+def test_gpu_operator_node_implies_every_class_the_operator_manages():
+    """A node with the operator layout in an unknown mode: the operator creates or deletes nvidia, nvidia-cdi and
+    nvidia-legacy (by its CDI mode), so none of them is ours; an explicit list overrides."""
+    nodes = [{"host": "gpu1", "handlers": ["nvidia", "nvidia-cdi", "nvidia-experimental"], "gpu_operator": True}]
     plan = rc.plan_runtimeclasses(cluster("rke2", "v1.29.12+rke2r1"), nodes)
-    assert names(plan["manifests"]) == ["nvidia-cdi"]
-    assert [s["name"] for s in plan["skipped"]] == ["nvidia"] and "GPU Operator owns it" in plan["skipped"][0]["reason"]
+    assert names(plan["manifests"]) == ["nvidia-experimental"]
+    assert [s["name"] for s in plan["skipped"]] == ["nvidia", "nvidia-cdi"]
+    assert "GPU Operator manages it (it creates or deletes" in plan["skipped"][1]["reason"]
+    assert plan["owners"] == {"nvidia": "gpu-operator", "nvidia-cdi": "gpu-operator", "nvidia-experimental": "k3s_gpu.nvidia"}
     nodes[0]["operator_runtimeclasses"] = []
-    assert names(rc.plan_runtimeclasses(cluster("rke2", "v1.29.12+rke2r1"), nodes)["manifests"]) == ["nvidia", "nvidia-cdi"]
+    assert names(rc.plan_runtimeclasses(cluster("rke2", "v1.29.12+rke2r1"), nodes)["manifests"]) == [
+        "nvidia", "nvidia-cdi", "nvidia-experimental"]
     with pytest.raises(rc.RuntimeClassPlanError, match=r"nodes\[0\] \(gpu1\).gpu_operator must be true or false"):
         rc.plan_runtimeclasses(cluster(), [{"host": "gpu1", "handlers": [], "gpu_operator": "yes"}])
 
@@ -223,8 +228,9 @@ def test_operator_owned_before_the_rke2_chart():
     plan = rc.plan_runtimeclasses(cluster("rke2", "v1.31.4+rke2r1"), nodes)
     assert plan["shipped"] == []
     assert names(plan["manifests"]) == ["nvidia-cdi"]
-    reason = "the NVIDIA GPU Operator owns it (it creates the RuntimeClass nvidia; reported by gpu1)"
+    reason = "the NVIDIA GPU Operator manages it (it creates or deletes the RuntimeClass nvidia; for gpu1)"
     assert plan["skipped"] == [{"name": "nvidia", "reason": reason}]
+    assert plan["owners"] == {"nvidia": "gpu-operator", "nvidia-cdi": "k3s_gpu.nvidia"}
 
 
 def test_operator_owned_and_shipped():
@@ -234,7 +240,8 @@ def test_operator_owned_and_shipped():
     assert plan["manifests"] == []
     assert plan["skipped"] == [{"name": "nvidia", "reason": (
         "k3s v1.33.10+k3s1 ships the RuntimeClass nvidia in its runtimes.yaml manifest (applied by its deploy "
-        "controller); the NVIDIA GPU Operator owns it (it creates the RuntimeClass nvidia; reported by gpu1, gpu2)")}]
+        "controller); the NVIDIA GPU Operator manages it (it creates or deletes the RuntimeClass nvidia; for gpu1, gpu2)")}]
+    assert plan["owners"] == {"nvidia": "k3s"}
 
 
 def test_operator_class_without_the_handler_is_not_reported():
