@@ -189,6 +189,53 @@ GPU_OPERATOR_RUNTIMECLASSES = {
 # "requires containerd 2.0", NRI plugin mode containerd 2.1)
 GPU_OPERATOR_MODE_CONTAINERD = {"cdi": "2.0", "nri": "2.1", "legacy": None}
 
+# --- helm-controller (the HelmChart custom resource) -------------------------------------------------
+# The k3s-io/helm-controller version each release compiles in (rke2 go.mod at each tag; k3s's release
+# notes agree where both list it): line -> ((first release, version), ...). Source and the CRD schemas:
+# tests/unit/fixtures/helmchart/README.md.
+HELM_CONTROLLER = {
+    "1.28": (("v1.28.0", "v0.15.4"), ("v1.28.6", "v0.15.8"), ("v1.28.8", "v0.15.9"), ("v1.28.11", "v0.15.10"),
+             ("v1.28.14", "v0.15.13"), ("v1.28.15", "v0.15.15")),
+    "1.29": (("v1.29.0", "v0.15.4"), ("v1.29.1", "v0.15.8"), ("v1.29.3", "v0.15.9"), ("v1.29.6", "v0.15.10"),
+             ("v1.29.9", "v0.15.13"), ("v1.29.10", "v0.15.15"), ("v1.29.14", "v0.15.16")),
+    "1.30": (("v1.30.0", "v0.16.1"), ("v1.30.5", "v0.16.4"), ("v1.30.6", "v0.16.5"), ("v1.30.10", "v0.16.6"),
+             ("v1.30.12", "v0.16.10"), ("v1.30.14", "v0.16.11"), ("v1.30.14+rke2r2", "v0.16.13")),
+    "1.31": (("v1.31.0", "v0.16.3"), ("v1.31.1", "v0.16.4"), ("v1.31.1+rke2r2", "v0.16.5"), ("v1.31.6", "v0.16.6"),
+             ("v1.31.8", "v0.16.10"), ("v1.31.10", "v0.16.11"), ("v1.31.11", "v0.16.13"), ("v1.31.14", "v0.16.16")),
+    "1.32": (("v1.32.0", "v0.16.5"), ("v1.32.2", "v0.16.6"), ("v1.32.4", "v0.16.10"), ("v1.32.6", "v0.16.11"),
+             ("v1.32.7", "v0.16.13"), ("v1.32.10", "v0.16.16"), ("v1.32.11", "v0.16.17")),
+    "1.33": (("v1.33.0", "v0.16.10"), ("v1.33.2", "v0.16.11"), ("v1.33.3", "v0.16.13"), ("v1.33.6", "v0.16.16"),
+             ("v1.33.7", "v0.16.17"), ("v1.33.11", "v0.17.1"), ("v1.33.13+rke2r2", "v0.16.26")),
+    "1.34": (("v1.34.0", "v0.16.13"), ("v1.34.2", "v0.16.16"), ("v1.34.3", "v0.16.17"), ("v1.34.7", "v0.17.1"),
+             ("v1.34.10", "v0.16.26")),
+    "1.35": (("v1.35.0", "v0.16.17"), ("v1.35.4", "v0.17.1"), ("v1.35.7", "v0.17.7")),
+    "1.36": (("v1.36.0", "v0.17.1"), ("v1.36.3", "v0.17.7")),
+}
+# HelmChart spec fields by the helm-controller version that added them, per release branch (0.15,
+# 0.16 and 0.17 are released side by side; a branch not listed never had the field). A field the
+# release's CRD lacks is pruned by the API server without an error. Fields older than v0.15.0
+# (chart, repo, version, targetNamespace, valuesContent, set, createNamespace, ...) are in every version.
+_EVERY_BRANCH = {"0.15": 0, "0.16": 0, "0.17": 0}
+HELMCHART_SPEC_FIELDS = {
+    "authPassCredentials": _EVERY_BRANCH, "authSecret": _EVERY_BRANCH, "bootstrap": _EVERY_BRANCH,
+    "chart": _EVERY_BRANCH, "chartContent": _EVERY_BRANCH, "createNamespace": _EVERY_BRANCH,
+    "failurePolicy": _EVERY_BRANCH, "helmVersion": _EVERY_BRANCH, "jobImage": _EVERY_BRANCH, "repo": _EVERY_BRANCH,
+    "repoCA": _EVERY_BRANCH, "repoCAConfigMap": _EVERY_BRANCH, "set": _EVERY_BRANCH, "targetNamespace": _EVERY_BRANCH,
+    "timeout": _EVERY_BRANCH, "valuesContent": _EVERY_BRANCH, "version": _EVERY_BRANCH,
+    "dockerRegistrySecret": {"0.15": 1, "0.16": 0, "0.17": 0},
+    "backOffLimit": {"0.15": 3, "0.16": 0, "0.17": 0},
+    "podSecurityContext": {"0.15": 6, "0.16": 0, "0.17": 0},
+    "securityContext": {"0.15": 6, "0.16": 0, "0.17": 0},
+    "insecureSkipTLSVerify": {"0.15": 13, "0.16": 4, "0.17": 0},
+    "plainHTTP": {"0.15": 13, "0.16": 4, "0.17": 0},
+    "valuesSecrets": {"0.16": 7, "0.17": 0},
+    "takeOwnership": {"0.16": 14, "0.17": 0},
+    "values": {"0.16": 20, "0.17": 0},
+    "driver": {"0.16": 21, "0.17": 1},
+    "forceConflicts": {"0.16": 25, "0.17": 6},
+    "serverSide": {"0.16": 26, "0.17": 7},
+}
+
 RUNTIMECLASS_SOURCES = {
     K3S: {"mechanism": "runtimes.yaml manifest (applied by its deploy controller)", "disable": "runtimes"},
     RKE2: {"mechanism": "rke2-runtimeclasses chart", "disable": "rke2-runtimeclasses"},
@@ -504,3 +551,24 @@ def base_tables(profile, schema, default_runtime_set):
 
 def schema_of_template(name):
     return 3 if name == TEMPLATE_V3 else 2
+
+
+def helm_controller_version(profile):
+    """The helm-controller version a k3s/rke2 release compiles in (None for plain containerd)."""
+    if profile["distribution"] == CONTAINERD:
+        return None
+    release = Release(profile["distribution"], profile["release"])
+    found = None
+    for first, version in HELM_CONTROLLER[release.line]:
+        if release.at_least(first):
+            found = version
+    return found
+
+
+def helmchart_spec_fields(profile):
+    """HelmChart spec fields the release's CRD keeps (from its helm-controller version)."""
+    version = helm_controller_version(profile)
+    major, minor, patch = (int(part) for part in version.lstrip("v").split("."))
+    branch = "%d.%d" % (major, minor)
+    return tuple(sorted(field for field, since in HELMCHART_SPEC_FIELDS.items()
+                        if branch in since and patch >= since[branch]))

@@ -240,8 +240,8 @@ def _check_settings(settings):
         "cdi": settings.get("cdi", None),
         "driver": settings.get("driver", "auto"),
         "toolkit": settings.get("toolkit", True),
-        "values": settings.get("values") or {},
-        "helmchart_spec": settings.get("helmchart_spec") or {},
+        "values": {} if settings.get("values") is None else settings["values"],
+        "helmchart_spec": {} if settings.get("helmchart_spec") is None else settings["helmchart_spec"],
     }
     checked["line"] = chart_line(checked["chart_version"])
     if not re.match(r"(https|http|oci)://[^\s]+\Z", str(checked["chart_repo"])):
@@ -454,7 +454,7 @@ def plan_cluster(cluster, settings, nodes):
     toolkit (bool), values (extra chart values), helmchart_spec (extra HelmChart spec fields).
     nodes: [{host, mode, driver_install}] of the cluster's GPU nodes.
 
-    Returns {"wanted": bool (some node is in operator mode), "objects": [Namespace?, HelmChart],
+    Returns {"wanted": bool (some node is in operator mode), "objects": [the HelmChart],
     "values": dict, "operator_mode": cdi|legacy|nri, "runtimeclasses": [names the operator manages],
     "runtimeclasses_created", "runtimeclasses_deleted", "operator_nodes": [hosts], "chart_archive_path": str|None}.
     """
@@ -488,16 +488,12 @@ def plan_cluster(cluster, settings, nodes):
                      "version": checked["chart_version"]})
     spec["targetNamespace"] = checked["namespace"]
     spec["valuesContent"] = values_text(values)
-    objects = []
-    labels = {MANAGED_BY_LABEL: MANAGED_BY}
-    if "createNamespace" in distro.helmchart_spec_fields(profile):
-        spec["createNamespace"] = True
-    else:
-        objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": checked["namespace"], "labels": labels}})
-    objects.append({"apiVersion": HELMCHART_API_VERSION, "kind": HELMCHART_KIND,
-                    "metadata": {"name": HELMCHART_NAME, "namespace": HELMCHART_NAMESPACE, "labels": labels},
-                    "spec": spec})
-    result["objects"] = objects
+    # in the base field set of every helm-controller this collection knows
+    spec["createNamespace"] = True
+    result["objects"] = [{"apiVersion": HELMCHART_API_VERSION, "kind": HELMCHART_KIND,
+                          "metadata": {"name": HELMCHART_NAME, "namespace": HELMCHART_NAMESPACE,
+                                       "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+                          "spec": spec}]
     result["values"] = values
     return result
 

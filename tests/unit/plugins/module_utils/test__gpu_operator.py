@@ -3,13 +3,22 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Operator mode, one node: every coexistence rule, from facts that real detection reads off a sandbox tree."""
+"""Operator mode: every coexistence rule on one node (from facts that real detection reads off a sandbox
+tree), and the cluster's HelmChart checked against helm-controller's CRD schema per release line and
+its values against the keys of each GPU Operator chart."""
 
 from __future__ import annotations
 
+import json
+
+from pathlib import Path
+
+import jsonschema
 import pytest
+import yaml
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _gpu_operator as op
 
 RELEASE = "v1.33.10+k3s1"
@@ -137,3 +146,247 @@ def test_bad_input(sandbox, kwargs, message):
     facts = facts_of(sandbox)
     with pytest.raises(op.GpuOperatorPlanError, match=message):
         op.plan_node(facts, **kwargs)
+
+
+# --- one cluster: the HelmChart ------------------------------------------------------------------------
+#
+# The HelmChart is validated against the CRD schema of the helm-controller each release line compiles
+# in (tests/unit/fixtures/helmchart/, with the added `additionalProperties: false` so a field the
+# release does not know fails here instead of being pruned silently). The versions are written out by
+# hand from that README's table, not computed from _distro, so a wrong feature-table row fails.
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+# (distribution, release, helm-controller version): the newest tag of each line that was read
+RELEASE_LINES = [
+    ("k3s", "v1.28.15+k3s1", "v0.15.15"), ("rke2", "v1.28.15+rke2r1", "v0.15.15"),
+    ("k3s", "v1.29.15+k3s1", "v0.15.16"), ("rke2", "v1.29.15+rke2r1", "v0.15.16"),
+    ("rke2", "v1.30.14+rke2r4", "v0.16.13"),
+    ("k3s", "v1.31.14+k3s1", "v0.16.16"), ("rke2", "v1.31.14+rke2r2", "v0.16.16"),
+    ("k3s", "v1.32.13+k3s1", "v0.16.17"), ("rke2", "v1.32.13+rke2r2", "v0.16.17"),
+    ("rke2", "v1.33.13+rke2r2", "v0.16.26"), ("k3s", "v1.33.11+k3s1", "v0.17.1"),
+    ("k3s", "v1.34.10+k3s1", "v0.16.26"), ("rke2", "v1.34.10+rke2r1", "v0.16.26"),
+    ("k3s", "v1.35.7+k3s1", "v0.17.7"), ("rke2", "v1.35.7+rke2r1", "v0.17.7"),
+    ("k3s", "v1.36.3+k3s1", "v0.17.7"), ("rke2", "v1.36.3+rke2r1", "v0.17.7"),
+    ("k3s", "v1.36.0+k3s1", "v0.17.1"),
+]
+CHART_VERSIONS = ["v24.9.2", "v25.3.4", "v25.10.1", "v26.3.3"]
+
+
+def cluster_of(distribution="k3s", release="v1.33.10+k3s1", data_dir=None):
+    return {"distribution": distribution, "release": release,
+            "paths": distro.distribution_paths(distribution, data_dir)}
+
+
+OPERATOR_NODES = [{"host": "gpu1", "mode": "operator"}, {"host": "gpu2", "mode": "operator", "driver_install": False}]
+
+
+def helmchart_schema(version):
+    data = json.loads((FIXTURES / "helmchart" / ("helm-controller-%s.json" % version)).read_text(encoding="utf-8"))
+    assert data["helm_controller_version"] == version
+    return data["openAPIV3Schema"]
+
+
+def documents(text):
+    return [doc for doc in yaml.safe_load_all(text) if doc is not None]
+
+
+def chart_keys(version):
+    return set(json.loads((FIXTURES / "gpu_operator" / ("values-keys-%s.json" % version)).read_text(encoding="utf-8"))["keys"])
+
+
+@pytest.mark.parametrize("distribution, release, controller", RELEASE_LINES, ids=lambda v: str(v))
+def test_helmchart_is_valid_for_the_release_line(distribution, release, controller):
+    settings = {"values": {"devicePlugin": {"env": [{"name": "DEVICE_LIST_STRATEGY", "value": "volume-mounts"}]}}}
+    if release.startswith(("v1.28.", "v1.29.", "v1.30.")):
+        settings["cdi"] = False  # containerd 1.7: CDI mode needs containerd 2
+    plan = op.plan_cluster(cluster_of(distribution, release), settings, OPERATOR_NODES)
+    assert distro.helm_controller_version(distro.profile(distribution, release)) == controller
+    text = op.render_manifest(plan)
+    docs = documents(text)
+    assert [(d["apiVersion"], d["kind"], d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs] == [
+        ("helm.cattle.io/v1", "HelmChart", "kube-system", "gpu-operator")]
+    jsonschema.validate(docs[0], helmchart_schema(controller), cls=jsonschema.Draft7Validator)
+    spec = docs[0]["spec"]
+    assert (spec["chart"], spec["repo"], spec["version"], spec["targetNamespace"], spec["createNamespace"]) == (
+        "gpu-operator", "https://helm.ngc.nvidia.com/nvidia", "v26.3.3", "gpu-operator", True)
+    assert yaml.safe_load(spec["valuesContent"]) == plan["values"]
+    # the same plan gives the same bytes
+    assert op.render_manifest(op.plan_cluster(cluster_of(distribution, release), settings, OPERATOR_NODES)) == text
+
+
+@pytest.mark.parametrize("controller", ["v0.15.15", "v0.16.13"])
+def test_schema_fixtures_catch_a_field_the_release_does_not_know(controller):
+    """Negative control: the fixtures reject what the real API server would prune silently."""
+    plan = op.plan_cluster(cluster_of("rke2", "v1.36.3+rke2r1"), {"helmchart_spec": {"takeOwnership": True}}, OPERATOR_NODES)
+    with pytest.raises(jsonschema.ValidationError, match="takeOwnership"):
+        jsonschema.validate(documents(op.render_manifest(plan))[0], helmchart_schema(controller))
+
+
+@pytest.mark.parametrize("chart_version", CHART_VERSIONS)
+def test_values_the_collection_sets_exist_in_the_chart(chart_version):
+    plan = op.plan_cluster(cluster_of("k3s", "v1.33.10+k3s1"), {"chart_version": chart_version}, OPERATOR_NODES)
+    keys = chart_keys(chart_version)
+    ours = [path for path, _value in op._dotted(plan["values"])]
+    assert sorted(ours) == ["cdi", "cdi.enabled", "driver", "driver.enabled", "toolkit", "toolkit.enabled", "toolkit.env"]
+    assert set(ours) <= keys, set(ours) - keys
+    # and what the guards read
+    for path in ("toolkit.installDir", "operator.runtimeClass"):
+        assert path in keys
+
+
+def test_values_fit_k3s():
+    plan = op.plan_cluster(cluster_of(), {}, OPERATOR_NODES)
+    assert plan["values"] == {
+        "cdi": {"enabled": True}, "driver": {"enabled": True},
+        "toolkit": {"enabled": True, "env": [{"name": "CONTAINERD_SOCKET", "value": "/run/k3s/containerd/containerd.sock"}]}}
+    assert plan["operator_mode"] == "cdi" and plan["wanted"] is True and plan["operator_nodes"] == ["gpu1", "gpu2"]
+    assert plan["runtimeclasses"] == ["nvidia", "nvidia-cdi", "nvidia-legacy"]
+    assert plan["runtimeclasses_created"] == ["nvidia", "nvidia-cdi", "nvidia-legacy"]
+    text = op.render_manifest(plan)
+    assert "agent/etc/containerd" not in text and "config.toml" not in text
+
+
+def test_chart_defaults_per_line():
+    """cdi.enabled follows the chart line's default when not set: off before v25.10, on from it."""
+    for version, cdi in (("v24.9.2", False), ("v25.3.4", False), ("v25.10.1", True), ("v26.3.3", True)):
+        plan = op.plan_cluster(cluster_of(), {"chart_version": version}, OPERATOR_NODES)
+        assert plan["values"]["cdi"] == {"enabled": cdi}
+        assert plan["operator_mode"] == ("cdi" if cdi else "legacy")
+    legacy = op.plan_cluster(cluster_of(), {"cdi": False}, OPERATOR_NODES)
+    assert (legacy["runtimeclasses_created"], legacy["runtimeclasses_deleted"]) == (["nvidia"], ["nvidia-cdi", "nvidia-legacy"])
+
+
+def test_host_driver_turns_the_operators_off():
+    nodes = [{"host": "gpu1", "mode": "operator", "driver_install": True}, {"host": "gpu2", "mode": "operator", "driver_install": True}]
+    assert op.plan_cluster(cluster_of(), {}, nodes)["values"]["driver"] == {"enabled": False}
+    with pytest.raises(op.GpuOperatorPlanError, match=r"driver.enabled is one setting for the whole cluster, but the role "
+                       r"installs the host driver on gpu1 and not on gpu2"):
+        op.plan_cluster(cluster_of(), {}, [nodes[0], {"host": "gpu2", "mode": "operator"}])
+    with pytest.raises(op.GpuOperatorPlanError, match=r"gpu_node_operator_driver=true, but the role installs the host driver on gpu1, gpu2"):
+        op.plan_cluster(cluster_of(), {"driver": True}, nodes)
+    assert op.plan_cluster(cluster_of(), {"driver": False}, OPERATOR_NODES)["values"]["driver"] == {"enabled": False}
+
+
+def test_host_toolkit_kept_turns_the_operators_off():
+    plan = op.plan_cluster(cluster_of(), {"toolkit": False}, OPERATOR_NODES)
+    assert plan["values"]["toolkit"] == {"enabled": False}
+
+
+def test_air_gapped_chart_from_the_servers_static_charts():
+    plan = op.plan_cluster(cluster_of("rke2", "v1.33.10+rke2r1"), {"chart_archive": "gpu-operator-v26.3.3.tgz"}, OPERATOR_NODES)
+    spec = plan["objects"][0]["spec"]
+    assert spec["chart"] == "https://%{KUBERNETES_API}%/static/charts/gpu-operator-v26.3.3.tgz"
+    assert "repo" not in spec and "version" not in spec
+    assert plan["chart_archive_path"] == "/var/lib/rancher/rke2/server/static/charts/gpu-operator-v26.3.3.tgz"
+    jsonschema.validate(documents(op.render_manifest(plan))[0], helmchart_schema("v0.16.26"))
+
+
+def test_user_values_merge():
+    values = {"toolkit": {"env": [{"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS", "value": "true"},
+                                  {"name": "CONTAINERD_SOCKET", "value": "/run/k3s/containerd/containerd.sock"}],
+                          "version": "v1.19.1"},
+              "cdi": {"enabled": True}, "validator": {"repository": "registry.local/nvidia"}}
+    plan = op.plan_cluster(cluster_of(), {"values": values}, OPERATOR_NODES)
+    assert plan["values"]["toolkit"] == {"enabled": True, "version": "v1.19.1", "env": [
+        {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS", "value": "true"},
+        {"name": "CONTAINERD_SOCKET", "value": "/run/k3s/containerd/containerd.sock"}]}
+    assert plan["values"]["validator"] == {"repository": "registry.local/nvidia"}
+    assert values["toolkit"]["version"] == "v1.19.1" and "enabled" not in values["toolkit"]  # input not mutated
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"values": {"cdi": {"enabled": True}}}, r"sets cdi.enabled=True; set gpu_node_operator_cdi instead"),
+    ({"values": {"driver": {"enabled": False}}}, r"sets driver.enabled=False; set gpu_node_operator_driver"),
+    ({"values": {"toolkit": {"installDir": "/opt/nvidia"}}}, r"toolkit.installDir='/opt/nvidia': k3s and rke2 look for "
+     r"the operator's runtimes only in /usr/local/nvidia/toolkit"),
+    ({"values": {"operator": {"runtimeClass": "gpu"}}}, r"operator.runtimeClass='gpu': .*configure the handler nvidia only"),
+    ({"values": {"toolkit": {"env": [{"name": "CONTAINERD_CONFIG",
+                                      "value": "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"}]}}},
+     r"CONTAINERD_CONFIG=/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl points the operator at the containerd "
+     r"config that k3s/rke2 regenerates"),
+    ({"values": {"toolkit": {"env": [{"name": "RUNTIME_DROP_IN_CONFIG",
+                                      "value": "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/99-nvidia.toml"}]}}},
+     r"RUNTIME_DROP_IN_CONFIG=.*config-v3.toml.d/99-nvidia.toml points the operator"),
+    ({"values": {"toolkit": {"env": [{"name": "CONTAINERD_SET_AS_DEFAULT", "value": "true"}]}}},
+     r"CONTAINERD_SET_AS_DEFAULT=true: .*Set gpu_node_default_runtime instead"),
+    ({"values": {"toolkit": {"env": [{"name": "CONTAINERD_SOCKET", "value": "/run/containerd/containerd.sock"}]}}},
+     r"CONTAINERD_SOCKET=/run/containerd/containerd.sock: k3s and rke2 run containerd at /run/k3s/containerd/containerd.sock"),
+    ({"values": {"toolkit": {"env": "CONTAINERD_SOCKET=x"}}}, r"toolkit.env must be a list of \{name, value\} dicts"),
+    ({"chart_version": "v23.9.0"}, r"chart_version v23.9.0: this collection knows the GPU Operator lines 24.9, 25.3, 25.10, 26.3"),
+    ({"chart_version": "latest"}, r"chart_version 'latest' is not a chart version like v26.3.3"),
+    ({"chart_repo": "ftp://mirror"}, r"gpu_node_operator_chart_repo 'ftp://mirror' is not an https://"),
+    ({"chart_archive": "../gpu-operator.tgz"}, r"gpu_node_operator_chart_archive '../gpu-operator.tgz' must be a file name ending in .tgz"),
+    ({"namespace": "GPU"}, r"gpu_node_operator_namespace 'GPU' is not a namespace name"),
+    ({"cdi": "yes"}, r"gpu_node_operator_cdi must be true, false or null"),
+    ({"driver": "maybe"}, r"gpu_node_operator_driver must be auto, true or false, got 'maybe'"),
+    ({"values": []}, r"gpu_node_operator_values must be a dict, got list"),
+    ({"helmchart_spec": {"repo": "https://x"}}, r"gpu_node_operator_helmchart_spec sets repo, which the collection writes"),
+    ({"helmchart_spec": {"takeOwnership": True}}, r"helmchart_spec.takeOwnership: the HelmChart of k3s v1.28.15\+k3s1 "
+     r"\(helm-controller v0.15.15\) has no such field; the API server would drop it silently"),
+    ({"colour": "green"}, r"unknown setting\(s\) colour"),
+])
+def test_bad_settings(settings, message):
+    settings = dict(settings)
+    settings.setdefault("cdi", False)
+    with pytest.raises(op.GpuOperatorPlanError, match=message):
+        op.plan_cluster(cluster_of("k3s", "v1.28.15+k3s1"), settings, OPERATOR_NODES)
+
+
+def test_cdi_mode_needs_containerd_2():
+    with pytest.raises(op.GpuOperatorPlanError, match=r"CDI mode needs containerd 2.0 or newer, and k3s v1.31.5\+k3s1 ships "
+                       r"containerd 1.7. Set gpu_node_operator_cdi=false"):
+        op.plan_cluster(cluster_of("k3s", "v1.31.5+k3s1"), {}, OPERATOR_NODES)
+    assert op.plan_cluster(cluster_of("k3s", "v1.31.6+k3s1"), {}, OPERATOR_NODES)["operator_mode"] == "cdi"
+
+
+def test_nri_mode():
+    nri = {"values": {"cdi": {"nriPluginEnabled": True}}}
+    plan = op.plan_cluster(cluster_of("k3s", "v1.33.5+k3s1"), nri, OPERATOR_NODES)
+    assert plan["operator_mode"] == "nri"
+    assert (plan["runtimeclasses_created"], plan["runtimeclasses_deleted"]) == ([], ["nvidia", "nvidia-cdi", "nvidia-legacy"])
+    with pytest.raises(op.GpuOperatorPlanError, match=r"NRI plugin mode needs containerd 2.1 or newer, and k3s v1.33.4\+k3s1 "
+                       r"ships containerd 2.0"):
+        op.plan_cluster(cluster_of("k3s", "v1.33.4+k3s1"), nri, OPERATOR_NODES)
+    with pytest.raises(op.GpuOperatorPlanError, match=r"GPU Operator v25.10.1 has no NRI plugin mode"):
+        op.plan_cluster(cluster_of("k3s", "v1.33.5+k3s1"), dict(nri, chart_version="v25.10.1"), OPERATOR_NODES)
+    with pytest.raises(op.GpuOperatorPlanError, match=r"cdi.nriPluginEnabled needs CDI"):
+        op.plan_cluster(cluster_of("k3s", "v1.33.5+k3s1"), dict(nri, cdi=False), OPERATOR_NODES)
+
+
+def test_one_mode_per_cluster():
+    with pytest.raises(op.GpuOperatorPlanError, match=r"one cluster, two modes: gpu1 in operator mode, gpu3 in host mode"):
+        op.plan_cluster(cluster_of(), {}, [{"host": "gpu1", "mode": "operator"}, {"host": "gpu3", "mode": "host"}])
+
+
+def test_no_operator_node_wants_no_manifest():
+    plan = op.plan_cluster(cluster_of(), {}, [{"host": "gpu3", "mode": "host"}])
+    assert plan["wanted"] is False and plan["objects"] == []
+    with pytest.raises(op.GpuOperatorPlanError, match="remove the manifest instead"):
+        op.render_manifest(plan)
+
+
+@pytest.mark.parametrize("cluster, nodes, message", [
+    ({"distribution": "containerd", "release": "2.1.4"}, OPERATOR_NODES, r"cluster must be the runtime_info result of a k3s or rke2 server"),
+    (cluster_of("k3s", "v1.27.1+k3s1"), OPERATOR_NODES, r"cluster release: .*1.27"),
+    (cluster_of(), "gpu1", r"nodes must be a list"),
+    (cluster_of(), [{"host": "gpu1", "mode": "operator", "colour": 1}], r"nodes\[0\] has unknown key\(s\) colour"),
+    (cluster_of(), [{"host": "gpu1", "mode": "both"}], r"nodes\[0\] \(gpu1\): gpu_node_mode is 'both'"),
+    (cluster_of(), [{"host": "", "mode": "operator"}], r"nodes\[0\].host must be the inventory hostname"),
+    (cluster_of(), [{"host": "gpu1", "mode": "operator", "driver_install": "no"}], r"driver_install must be true or false"),
+])
+def test_bad_cluster_or_nodes(cluster, nodes, message):
+    with pytest.raises(op.GpuOperatorPlanError, match=message):
+        op.plan_cluster(cluster, {}, nodes)
+
+
+def test_feature_table_matches_every_helmchart_fixture():
+    """The per-branch field history in _distro gives exactly each fixture's spec properties."""
+    for path in sorted((FIXTURES / "helmchart").glob("helm-controller-*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        version = data["helm_controller_version"]
+        fields = set(data["openAPIV3Schema"]["properties"]["spec"]["properties"])
+        release = next(release for distribution, release, controller in RELEASE_LINES if controller == version
+                       and distribution == "rke2") if version != "v0.17.1" else "v1.36.0+k3s1"
+        distribution = "rke2" if "rke2" in release else "k3s"
+        assert set(distro.helmchart_spec_fields(distro.profile(distribution, release))) == fields, version
