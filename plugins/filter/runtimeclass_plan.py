@@ -34,7 +34,7 @@ options:
     description:
       - One entry per node - C(host) (inventory hostname), C(handlers) (the runtime handler names the node has after
         configuration, V([]) for none), optional C(gpu_operator) (V(true) when the node has the GPU Operator layout; the
-        operator then manages the RuntimeClasses V(nvidia), V(nvidia-cdi) and V(nvidia-legacy): it creates some and deletes
+        operator then manages the RuntimeClasses V(nvidia), V(nvidia-cdi) and V(nvidia-legacy) - it creates some and deletes
         the others on every reconcile, by its CDI mode), optional C(operator_runtimeclasses) (the RuntimeClass names the
         GPU Operator manages in its mode, from P(k3s_gpu.nvidia.gpu_operator_plan#filter)).
     type: list

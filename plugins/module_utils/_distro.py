@@ -367,6 +367,8 @@ def distribution_paths(distribution, data_dir=None):
         "config_yaml": spec["config_dir"] + "/config.yaml",
         "config_yaml_d": spec["config_dir"] + "/config.yaml.d",
         "default_runtime_file": "%s/config.yaml.d/%s.yaml" % (spec["config_dir"], MANAGED_FILE_STEM),
+        # where the gpu_node role wrote the node labels before containerd_runtimes took them into the file above
+        "labels_file_legacy": "%s/config.yaml.d/%s-labels.yaml" % (spec["config_dir"], MANAGED_FILE_STEM),
     }
 
 

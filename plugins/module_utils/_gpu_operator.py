@@ -79,15 +79,18 @@ def _type_name(value):
 # --- one node ------------------------------------------------------------------------------------
 
 def plan_node(info, mode, operator_toolkit=True, operator_driver=False, toolkit_install=True, driver_install=False,
-              default_runtime="", live=True, host=""):
+              default_runtime="", live=True, remove_operator_leftovers=False, host=""):
     """What the gpu_node role does on one node, from its runtime_info result.
 
     mode: host | operator. operator_toolkit / operator_driver: whether the cluster's GPU Operator
     installs its toolkit / driver (its values toolkit.enabled / driver.enabled). toolkit_install /
     driver_install: the role's gpu_node_toolkit_install / gpu_node_driver_install. live: the role
-    works on the real root (packages and services can be touched).
+    works on the real root (packages and services can be touched). remove_operator_leftovers: in
+    host mode, the operator's toolkit dir is what an uninstalled operator left behind (its toolkit
+    container reverts the containerd config on exit but leaves the binaries until the next install),
+    so the role removes it instead of refusing the node.
 
-    Returns {"mode", "install_toolkit", "remove_host_toolkit", "install_driver", "generate_cdi",
+    Returns {"mode", "install_toolkit", "remove_host_toolkit", "remove_operator_leftovers", "install_driver", "generate_cdi",
     "default_runtime", "pending": [str], "owners": {runtime: owner}, "operator_handlers": [str]}.
     Raises GpuOperatorPlanError when two owners would manage one thing.
     """
@@ -96,32 +99,41 @@ def plan_node(info, mode, operator_toolkit=True, operator_driver=False, toolkit_
         raise GpuOperatorPlanError("gpu_node_mode is %r; use host (the role installs the toolkit) or operator (NVIDIA's "
                                    "GPU Operator does)" % (mode,))
     for name, value in (("operator_toolkit", operator_toolkit), ("operator_driver", operator_driver),
-                        ("toolkit_install", toolkit_install), ("driver_install", driver_install), ("live", live)):
+                        ("toolkit_install", toolkit_install), ("driver_install", driver_install), ("live", live),
+                        ("remove_operator_leftovers", remove_operator_leftovers)):
         if not isinstance(value, bool):
             raise GpuOperatorPlanError("%s must be true or false, got %r" % (name, value))
     operator_layout = info["gpu_operator"]
     host_toolkit = info["host_toolkit"]
     owners = dict((r["name"], r["owner"]) for r in info["runtimes"])
-    result = {"mode": mode, "install_toolkit": False, "remove_host_toolkit": False, "install_driver": driver_install,
+    result = {"mode": mode, "install_toolkit": False, "remove_host_toolkit": False, "remove_operator_leftovers": False,
+              "install_driver": driver_install,
               "generate_cdi": True, "default_runtime": default_runtime or "", "pending": [], "owners": owners,
               "operator_handlers": list(operator_layout["runtimes"])}
     operator_files = "%s (%s)" % (operator_layout["toolkit_dir"], ", ".join(operator_layout["runtime_binaries"]))
     host_files = ", ".join(host_toolkit["runtime_binaries"])
 
     if mode == MODE_HOST:
+        if operator_layout["present"] and remove_operator_leftovers:
+            result["remove_operator_leftovers"] = True
+            result["operator_handlers"] = []
+            result["install_toolkit"] = toolkit_install
+            return result
         if operator_layout["present"] and host_toolkit["present"]:
             raise GpuOperatorPlanError(
                 "%s has two NVIDIA toolkits: the GPU Operator's in %s and the host's (%s). k3s/rke2 use the operator's "
                 "first and the two fight over the runtimes. Keep one: gpu_node_mode=operator hands the node to the "
                 "operator (the role removes the host toolkit packages), or uninstall the GPU Operator (its toolkit "
-                "container removes %s) and run again. Nothing was changed." % (
+                "container reverts the containerd config but leaves %s behind: then run again with "
+                "gpu_node_remove_operator_leftovers=true). Nothing was changed." % (
                     who, operator_files, host_files, operator_layout["toolkit_dir"]))
         if operator_layout["present"] and toolkit_install:
             raise GpuOperatorPlanError(
                 "%s has the GPU Operator's toolkit in %s, and gpu_node_mode=host with gpu_node_toolkit_install=true "
                 "would install a second one on the host. Set gpu_node_mode=operator if the operator manages this node, "
                 "or gpu_node_toolkit_install=false to keep the operator's toolkit and only add the runtime blocks "
-                "k3s/rke2 do not render. Nothing was changed." % (who, operator_files))
+                "k3s/rke2 do not render. If the operator was uninstalled, these are its leftovers: "
+                "gpu_node_remove_operator_leftovers=true removes them. Nothing was changed." % (who, operator_files))
         result["install_toolkit"] = toolkit_install
         return result
 
@@ -179,10 +191,10 @@ def chart_line(version):
     major, minor = version.lstrip("v").split(".")[:2]
     line = "%s.%s" % (int(major), int(minor))
     if line not in distro.GPU_OPERATOR_LINES:
+        known = ", ".join(sorted(distro.GPU_OPERATOR_LINES, key=_line_key))
         raise GpuOperatorPlanError(
             "chart_version %s: this collection knows the GPU Operator lines %s (what each creates and deletes, its "
-            "values); use one of those, for example %s" % (version, ", ".join(sorted(distro.GPU_OPERATOR_LINES, key=_line_key)),
-                                                            distro.GPU_OPERATOR_CHART["default_version"]))
+            "values); use one of those, for example %s" % (version, known, distro.GPU_OPERATOR_CHART["default_version"]))
     return line
 
 
@@ -202,8 +214,7 @@ def _dotted(mapping, prefix=""):
         path = prefix + str(key)
         yield path, value
         if isinstance(value, Mapping):
-            for item in _dotted(value, path + "."):
-                yield item
+            yield from _dotted(value, path + ".")
 
 
 def _get(mapping, path, default=None):
@@ -301,11 +312,14 @@ def _cluster_profile(cluster):
         raise GpuOperatorPlanError("cluster release: %s" % exc)
 
 
-def _operator_mode(settings, line, profile):
-    """cdi | legacy | nri, from gpu_node_operator_cdi and the user's cdi.nriPluginEnabled; checked against containerd."""
+def _operator_mode(settings, line, profile, check=True):
+    """cdi | legacy | nri, from gpu_node_operator_cdi and the user's cdi.nriPluginEnabled; checked against containerd
+    when the operator is wanted (a cluster without operator-mode nodes is never refused for it)."""
     facts = distro.GPU_OPERATOR_LINES[line]
     cdi = facts["cdi_default"] if settings["cdi"] is None else settings["cdi"]
     nri = _get(settings["values"], "cdi.nriPluginEnabled", False) is True
+    if not check:
+        return "nri" if nri and cdi else "cdi" if cdi else "legacy"
     if nri and not facts["nri"]:
         raise GpuOperatorPlanError("values cdi.nriPluginEnabled: the GPU Operator %s has no NRI plugin mode (it came with "
                                    "v26.3)" % settings["chart_version"])
@@ -469,7 +483,7 @@ def plan_cluster(cluster, settings, nodes):
             "node of the cluster, so host-mode nodes would get a second toolkit. Set gpu_node_mode the same for the whole "
             "cluster (k3s_gpu_cluster separates clusters in one inventory)" % (
                 ", ".join(sorted(node["host"] for node in operator_nodes)), ", ".join(sorted(host_nodes))))
-    mode = _operator_mode(checked, checked["line"], profile)
+    mode = _operator_mode(checked, checked["line"], profile, check=bool(operator_nodes))
     names, rule = operator_runtimeclasses(mode)
     result = {"wanted": bool(operator_nodes), "objects": [], "values": {}, "operator_mode": mode,
               "runtimeclasses": names, "runtimeclasses_created": sorted(rule["created"]),

@@ -295,7 +295,7 @@ def make_plan(facts, runtimes=None, state="present", default_runtime=None, enabl
     wanted = normalize_runtimes(facts, runtimes)
     renders = release_renders(facts, target)
     plan = {"target": target, "write": [], "skip": [], "remove": [], "default_runtime": None,
-            "enable_cdi": None, "notes": [], "state": state}
+            "enable_cdi": None, "notes": [], "state": state, "runtimes_explicit": runtimes is not None}
     k3s_like = profile["distribution"] != distro.CONTAINERD
     label = "%s %s" % (profile["distribution"], profile["release"])
     if state == "absent":

@@ -38,6 +38,7 @@ CONTAINERD_RUNTIMES_SPEC = dict(
     state=dict(type="str", default="present", choices=["present", "absent"]),
     default_runtime=dict(type="str"),
     enable_cdi=dict(type="bool"),
+    handler_labels=dict(type="bool"),
     path=dict(type="path"),
     validate=dict(type="str"),
     backup=dict(type="bool", default=False),

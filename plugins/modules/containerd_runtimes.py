@@ -131,6 +131,14 @@ options:
       - Set C(enable_cdi) of the CRI plugin. containerd 2 enables CDI by default; on k3s/rke2 releases with
         containerd 1.7 the base template already emits that table, so this is refused there with the alternatives.
     type: bool
+  handler_labels:
+    description:
+      - k3s/rke2 only. V(true) labels the node C(k3s-gpu.nvidia/handler.<handler>=true) for each NVIDIA runtime handler it
+        serves (written here or rendered by the release), as C(node-label+) in the same C(config.yaml.d) file as the default
+        runtime; k3s/rke2 apply it at every start, and P(k3s_gpu.nvidia.runtimeclass_plan#filter) RuntimeClasses can select it.
+      - Set (V(true) or V(false)), the task owns that whole file - the default runtime only when O(default_runtime) is
+        given, the labels only when V(true); unset, the file keeps a default runtime set earlier.
+    type: bool
   path:
     description: Write this node file instead of the one the plan picks (a C(.tmpl) is edited as a template, a file in a C(.d) directory as a drop-in).
     type: path
@@ -140,7 +148,7 @@ options:
     default: false
 notes:
   - k3s and rke2 read templates and drop-ins at start; restart the k3s/rke2 service when the task reports a change (the
-    planned role C(k3s_gpu.nvidia.gpu_node) will do that in a handler).
+    role C(k3s_gpu.nvidia.gpu_node) does that in a handler).
   - O(mode) defaults to V(0600) for files this module creates.
 seealso:
   - module: k3s_gpu.nvidia.runtime_info
@@ -216,6 +224,12 @@ default_runtime:
   returned: always
   type: dict
   sample: {name: nvidia, how: config_yaml, path: /etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml}
+node_labels:
+  description: The node labels written (with O(handler_labels)), or null when the task does not manage them.
+  returned: always
+  type: list
+  elements: str
+  sample: [k3s-gpu.nvidia/handler.nvidia=true, k3s-gpu.nvidia/handler.nvidia-cdi=true]
 files:
   description: Each file the module looked after, its host path, and what happened (V(created), V(updated), V(removed), V(unchanged)).
   returned: always

@@ -167,6 +167,7 @@ paths:
     config: /var/lib/rancher/k3s/agent/etc/containerd/config.toml
     template_v3: /var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl
     manifests_dir: /var/lib/rancher/k3s/server/manifests
+    static_charts_dir: /var/lib/rancher/k3s/server/static/charts
 units:
   description: The systemd units of the distribution found on the node.
   returned: success

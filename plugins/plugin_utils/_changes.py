@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 
 # Files of ours that may exist from an earlier run, by facts["files"] key.
@@ -33,6 +34,17 @@ def _change(facts, key, node_path, after, kind):
     return {"key": key, "node_path": node_path, "path": host_path(facts["root"], node_path),
             "before": before, "after": after, "exists": info.get("state") == "file",
             "parent_exists": info.get("state") == "file" or bool(info.get("parent_exists"))}
+
+
+# the first line of the labels file the gpu_node role wrote before this task took the labels over
+LEGACY_LABELS_HEADER = "# Managed by k3s_gpu.nvidia (gpu_node)"
+
+
+def node_labels(plan):
+    """One `<prefix><handler>=true` label per NVIDIA handler the node serves (written here or rendered by k3s)."""
+    handlers = sorted({r["name"] for r in plan["write"]} | {r["name"] for r in plan["skip"]})
+    return ["%s%s=%s" % (runtimeclasses.HANDLER_LABEL_PREFIX, name, runtimeclasses.HANDLER_LABEL_VALUE)
+            for name in handlers if name in runtimeclasses.NVIDIA_HANDLERS]
 
 
 def compute(facts, params):
@@ -65,8 +77,17 @@ def compute(facts, params):
         wanted_yaml = None
         default = plan["default_runtime"]
         own_yaml = facts["files"].get("default_runtime_file") or {}
-        if default and default["how"] == "config_yaml":
-            wanted_yaml = toml.render_default_runtime_yaml(default["name"])
+        default_name = default["name"] if default and default["how"] == "config_yaml" else None
+        handler_labels = params.get("handler_labels")
+        if handler_labels is not None:
+            # the task owns the whole file: the default runtime if given, a label per handler if asked
+            plan["node_labels"] = node_labels(plan) if handler_labels and plan["state"] != "absent" else []
+            wanted_yaml = toml.render_default_runtime_yaml(default_name, plan["node_labels"])
+            legacy = facts["files"].get("labels_file_legacy") or {}
+            if (legacy.get("content") or "").startswith(LEGACY_LABELS_HEADER):
+                changes.append(_change(facts, "labels_file_legacy", legacy["path"], None, "earlier labels file"))
+        elif default_name:
+            wanted_yaml = toml.render_default_runtime_yaml(default_name)
         elif plan["state"] != "absent" and not default:
             wanted_yaml = own_yaml.get("content")  # not managed by this task: leave it as it is
         changes.append(_change(facts, "default_runtime_file", facts["paths"]["default_runtime_file"], wanted_yaml,
@@ -83,7 +104,9 @@ def result_fields(facts, plan):
         "runtimes_written": [{"name": r["name"], "binary": r["binary"], "runtime_type": r["runtime_type"]} for r in plan["write"]]
         if plan["state"] == "present" else [],
         "runtimes_skipped": plan["skip"],
-        "runtimes_removed": sorted(set(plan["remove"] if plan["state"] == "absent" else []) | set(plan.get("removed_for_base") or [])),
+        "runtimes_removed": sorted(set(plan["remove"] if plan["state"] == "absent" else []) | set(plan.get("removed_for_base") or [])
+                                   | set(plan.get("removed_stale") or [])),
         "default_runtime": plan["default_runtime"],
+        "node_labels": plan.get("node_labels"),
         "notes": plan["notes"],
     }

@@ -430,6 +430,16 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None):
         if default_name in plan["remove"]:
             _drop_key(edit, tables, distro.containerd_table(schema), "default_runtime_name")
     else:
+        if created_by_us and not plan.get("runtimes_explicit"):
+            # our own file holds exactly the NVIDIA runtimes still wanted: a block whose binary went away
+            # (toolkit removed, operator mode) would point containerd at a missing file
+            wanted_names = set(r["name"] for r in plan["write"]) | set(removed_for_base)
+            stale = [name for name, _binary in distro.NVIDIA_RUNTIMES if name not in wanted_names
+                     and _get(data, distro.runtime_table(schema, name)) is not None
+                     and _ranges_of(tables, distro.runtime_table(schema, name))]
+            for name in stale:
+                _remove_table_ranges(edit, tables, distro.runtime_table(schema, name), file_path)
+            plan["removed_stale"] = stale
         blocks = []
         for runtime in plan["write"]:
             items = runtime_items(schema, runtime, systemd_default)
@@ -565,6 +575,17 @@ def _render_dropin(plan, schema):
     return "%s\nversion = %d\n\n%s" % (MANAGED_HEADER, schema, render_tables(items))
 
 
-def render_default_runtime_yaml(name):
-    """config.yaml.d drop-in for k3s/rke2; the name is a DNS label, JSON quoting is valid YAML."""
-    return "%s\ndefault-runtime: %s\n" % (MANAGED_YAML_HEADER, json.dumps(name))
+def render_default_runtime_yaml(name, node_labels=()):
+    """config.yaml.d drop-in for k3s/rke2 (None when it would say nothing); JSON quoting is valid YAML.
+
+    node_labels ("key=value") go under `node-label+:`, which k3s/rke2 apply to the node at every start.
+    """
+    if not name and not node_labels:
+        return None
+    lines = [MANAGED_YAML_HEADER]
+    if name:
+        lines.append("default-runtime: %s" % json.dumps(name))
+    if node_labels:
+        lines.append("node-label+:")
+        lines.extend("  - %s" % json.dumps(label) for label in node_labels)
+    return "\n".join(lines) + "\n"

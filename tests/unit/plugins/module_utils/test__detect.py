@@ -275,3 +275,22 @@ def test_loaded_config_runtimes_follow_imports(sandbox):
     facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
     assert facts["loaded_config"]["runtimes"] == ["nvidia", "nvidia-legacy", "runc"]
     assert len(facts["loaded_config"]["files"]) == 2
+
+
+def test_cdi_spec_current_for_the_loaded_driver(sandbox):
+    """A spec naming the loaded driver's libraries and one device per GPU needs no regeneration."""
+    sandbox.k3s("k3s", "package")
+    sandbox.write("/proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build\n")
+    for dev in ("nvidia0", "nvidia1", "nvidiactl"):
+        sandbox.write("/dev/" + dev)
+    spec = ("---\ncdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n- name: \"1\"\n- name: all\n"
+            "containerEdits:\n  mounts:\n  - hostPath: /usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05\n")
+    sandbox.write("/var/run/cdi/nvidia.yaml", spec)
+    facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
+    assert facts["cdi"]["specs"][0]["current"] is True
+    # another driver version, or a GPU more than the spec lists: generate again
+    sandbox.write("/var/run/cdi/nvidia.yaml", spec.replace("580.95.05", "580.82.07"))
+    assert detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")["cdi"]["specs"][0]["current"] is False
+    sandbox.write("/var/run/cdi/nvidia.yaml", spec)
+    sandbox.write("/dev/nvidia2")
+    assert detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")["cdi"]["specs"][0]["current"] is False

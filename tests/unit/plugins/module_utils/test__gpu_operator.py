@@ -195,7 +195,7 @@ def chart_keys(version):
     return set(json.loads((FIXTURES / "gpu_operator" / ("values-keys-%s.json" % version)).read_text(encoding="utf-8"))["keys"])
 
 
-@pytest.mark.parametrize("distribution, release, controller", RELEASE_LINES, ids=lambda v: str(v))
+@pytest.mark.parametrize("distribution, release, controller", RELEASE_LINES, ids=str)
 def test_helmchart_is_valid_for_the_release_line(distribution, release, controller):
     settings = {"values": {"devicePlugin": {"env": [{"name": "DEVICE_LIST_STRATEGY", "value": "volume-mounts"}]}}}
     if release.startswith(("v1.28.", "v1.29.", "v1.30.")):
@@ -359,6 +359,12 @@ def test_one_mode_per_cluster():
         op.plan_cluster(cluster_of(), {}, [{"host": "gpu1", "mode": "operator"}, {"host": "gpu3", "mode": "host"}])
 
 
+def test_host_mode_cluster_is_never_refused_for_operator_settings():
+    """The chart's CDI default needs containerd 2, but a cluster without operator-mode nodes wants no operator."""
+    plan = op.plan_cluster(cluster_of("k3s", "v1.28.15+k3s1"), {}, [{"host": "gpu3", "mode": "host"}])
+    assert plan["wanted"] is False and plan["objects"] == []
+
+
 def test_no_operator_node_wants_no_manifest():
     plan = op.plan_cluster(cluster_of(), {}, [{"host": "gpu3", "mode": "host"}])
     assert plan["wanted"] is False and plan["objects"] == []
@@ -390,3 +396,19 @@ def test_feature_table_matches_every_helmchart_fixture():
                        and distribution == "rke2") if version != "v0.17.1" else "v1.36.0+k3s1"
         distribution = "rke2" if "rke2" in release else "k3s"
         assert set(distro.helmchart_spec_fields(distro.profile(distribution, release))) == fields, version
+
+
+def test_host_mode_takes_back_a_node_the_operator_left(sandbox):
+    """An uninstalled operator leaves /usr/local/nvidia/toolkit behind; the role removes it when told to."""
+    plan = op.plan_node(facts_of(sandbox, ("operator",)), "host", toolkit_install=True, remove_operator_leftovers=True)
+    assert plan["remove_operator_leftovers"] is True and plan["install_toolkit"] is True
+    assert plan["operator_handlers"] == []
+    # ignored in operator mode: the directory is the operator's own there
+    plan = op.plan_node(facts_of(sandbox, ("operator",)), "operator", remove_operator_leftovers=True)
+    assert plan["remove_operator_leftovers"] is False
+
+
+def test_role_writes_the_manifest_name_of_the_engine():
+    role_vars = yaml.safe_load(
+        (Path(__file__).resolve().parents[4] / "roles/gpu_node/vars/main.yml").read_text(encoding="utf-8"))
+    assert role_vars["gpu_node__operator_manifest_file"] == op.MANIFEST_FILE

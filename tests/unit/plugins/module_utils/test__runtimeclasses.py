@@ -21,8 +21,6 @@ import ast
 import inspect
 import socket
 
-from pathlib import Path
-
 import pytest
 import yaml
 
@@ -171,14 +169,6 @@ def test_select_by_handler_label():
 def test_select_by_handler_label_must_be_a_bool():
     with pytest.raises(rc.RuntimeClassPlanError, match="select_by_handler_label is 'yes'; use true or false"):
         rc.plan_runtimeclasses(cluster(), FLEET, select_by_handler_label="yes")
-
-
-def test_role_labels_nodes_with_the_engine_prefix():
-    """The gpu_node role writes the labels the classes select: one prefix for both."""
-    role_vars = yaml.safe_load(
-        (Path(__file__).resolve().parents[4] / "roles/gpu_node/vars/main.yml").read_text(encoding="utf-8"))
-    assert role_vars["gpu_node__handler_label_prefix"] == rc.HANDLER_LABEL_PREFIX
-    assert role_vars["gpu_node__handler_label_value"] == rc.HANDLER_LABEL_VALUE
 
 
 @pytest.mark.parametrize("node_selector,overhead", [(None, None), ({}, {})], ids=["none", "empty"])

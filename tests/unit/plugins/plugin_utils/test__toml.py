@@ -9,9 +9,11 @@ no table the base template emits, clear errors on bad input."""
 from __future__ import annotations
 
 import difflib
+import os
 import tomllib
 
 import pytest
+import yaml
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
@@ -264,3 +266,79 @@ def test_absent_with_explicit_names_removes_our_file(sandbox):
     plan, file_changes = compute(facts, state="absent",
                                  runtimes=[{"name": "nvidia-legacy"}, {"name": "nvidia-cdi"}])
     assert file_changes[0]["after"] is None
+
+
+# --- node labels in the config.yaml.d file -------------------------------------------------------
+
+def _yaml_change(file_changes, key="default_runtime_file"):
+    return next((c for c in file_changes if c["key"] == key), None)
+
+
+def test_handler_labels_share_the_file_with_the_default_runtime(sandbox):
+    facts = facts_for(sandbox, release="v1.33.10+k3s1")
+    plan, file_changes = compute(facts, default_runtime="nvidia", handler_labels=True)
+    assert plan["node_labels"] == ["k3s-gpu.nvidia/handler.nvidia=true", "k3s-gpu.nvidia/handler.nvidia-cdi=true",
+                                   "k3s-gpu.nvidia/handler.nvidia-legacy=true"]
+    text = _yaml_change(file_changes)["after"]
+    assert text == (toml.MANAGED_YAML_HEADER + '\ndefault-runtime: "nvidia"\nnode-label+:\n'
+                    '  - "k3s-gpu.nvidia/handler.nvidia=true"\n  - "k3s-gpu.nvidia/handler.nvidia-cdi=true"\n'
+                    '  - "k3s-gpu.nvidia/handler.nvidia-legacy=true"\n')
+    assert yaml.safe_load(text) == {"default-runtime": "nvidia", "node-label+": plan["node_labels"]}
+
+
+def test_handler_labels_false_owns_the_file_and_removes_an_old_default(sandbox):
+    facts = facts_for(sandbox, release="v1.33.10+k3s1")
+    sandbox.write("/etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml", toml.MANAGED_YAML_HEADER + '\ndefault-runtime: "nvidia"\n')
+    facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
+    # unset: the default set earlier stays (the module's behaviour before labels)
+    assert _yaml_change(compute(facts)[1]) is None
+    change = _yaml_change(compute(facts, handler_labels=False)[1])
+    assert change["after"] is None and change["exists"]
+    labels_only = _yaml_change(compute(facts, handler_labels=True)[1])["after"]
+    assert "default-runtime" not in labels_only and "node-label+:" in labels_only
+
+
+def test_handler_labels_take_over_the_roles_old_labels_file(sandbox):
+    facts_for(sandbox, release="v1.33.10+k3s1")
+    old = "/etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia-labels.yaml"
+    sandbox.write(old, "# Managed by k3s_gpu.nvidia (gpu_node): one label per NVIDIA runtime handler of this node.\n"
+                       "node-label+:\n  - \"k3s-gpu.nvidia/handler.nvidia=true\"\n")
+    facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
+    change = _yaml_change(compute(facts, handler_labels=True)[1], "labels_file_legacy")
+    assert change["node_path"] == old and change["after"] is None
+    # a file of that name someone else wrote is left alone
+    sandbox.write(old, "node-label+:\n  - mine=true\n")
+    facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
+    assert _yaml_change(compute(facts, handler_labels=True)[1], "labels_file_legacy") is None
+
+
+def test_handler_labels_use_the_prefix_runtimeclasses_select():
+    from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as rc
+    plan = {"write": [{"name": "nvidia-legacy"}], "skip": [{"name": "nvidia"}, {"name": "crun"}]}
+    assert changes.node_labels(plan) == ["%s=true" % rc.handler_label("nvidia"), "%s=true" % rc.handler_label("nvidia-legacy")]
+
+
+def test_our_block_for_a_runtime_that_went_away_is_removed(sandbox):
+    """Toolkit removed (operator mode) or a binary gone: our own file must not keep a block for a missing binary."""
+    facts = facts_for(sandbox, release="v1.28.15+k3s1", layout="package")
+    _plan, file_changes = compute(facts)
+    template = file_changes[0]
+    assert "nvidia-legacy" in template["after"]
+    sandbox.write(template["node_path"], template["after"])
+    for binary in ("/usr/bin/nvidia-container-runtime", "/usr/bin/nvidia-container-runtime.cdi",
+                   "/usr/bin/nvidia-container-runtime.legacy"):
+        os.remove(sandbox.path(binary))
+    plan, file_changes = compute(detect.gather(sandbox.root, "k3s", "v1.28.15+k3s1"))
+    assert plan["removed_stale"] == ["nvidia-legacy"]
+    assert [(c["node_path"], c["after"]) for c in file_changes] == [(template["node_path"], None)]
+    assert changes.result_fields(detect.gather(sandbox.root, "k3s", "v1.28.15+k3s1"), plan)["runtimes_removed"] == ["nvidia-legacy"]
+
+
+def test_a_user_template_keeps_its_own_nvidia_block(sandbox):
+    """Only a file we created is pruned; a user's template edited in place keeps what the user wrote."""
+    facts_for(sandbox, release="v1.28.15+k3s1", layout="nothing")
+    path = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"
+    sandbox.write(path, '{{ template "base" . }}\n\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia-legacy]\n'
+                        '  runtime_type = "io.containerd.runc.v2"\n')
+    _plan, file_changes = compute(detect.gather(sandbox.root, "k3s", "v1.28.15+k3s1"))
+    assert file_changes == []
