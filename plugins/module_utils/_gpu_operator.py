@@ -525,3 +525,51 @@ def render_manifest(plan):
         "Managed by %s; edits are overwritten. NVIDIA GPU Operator %s (%s mode) for k3s/rke2." % (
             MANAGED_BY, plan["chart_version"], plan["operator_mode"]),
         plan["objects"], _KEY_ORDER)
+
+
+# --- the role's first decision, in one call --------------------------------------------------------
+
+def plan_host(info, settings, host=""):
+    """Everything the gpu_node role decides from its first reading of a host, in one call.
+
+    settings: force, root, mode, operator_toolkit, operator_driver (auto | bool), toolkit_install,
+    driver_install, driver_reboot, default_runtime, remove_operator_leftovers, local_connection.
+    Returns {"selected", "live", "mode": plan_node() or {}, "messages": [str], "result": the
+    gpu_node_result skeleton}. Raises GpuOperatorPlanError for a host the role must not touch
+    (a release known to break, a reboot policy that could reboot the controller, two owners).
+    """
+    driver = info["driver"]
+    selected = bool(settings["force"]) or driver["gpu_count"] > 0 or len(driver["pci_gpus"]) > 0
+    live = settings["root"] in ("/", "")
+    who = host or "this host"
+    result = {
+        "status": "configured" if selected else "skipped",
+        "reason": "" if selected else "no NVIDIA GPU on the PCI bus and no driver loaded",
+        "distribution": info["distribution"], "release": info["release"],
+        "runtimes_detected": [r["name"] for r in info["release_runtimes"]],
+        "gpu_operator": info["gpu_operator"]["present"], "mode": settings["mode"],
+        "operator_runtimes": list(info["gpu_operator"]["runtimes"]), "pending": [], "handlers": [], "written": [],
+        "rendered_by_release": [], "skipped": [], "restarted": False, "verified": None, "reboot_required": False,
+    }
+    if not selected:
+        message = ("%s: no NVIDIA GPU on the PCI bus and no NVIDIA driver loaded; nothing is changed on this host. Set "
+                   "gpu_node_force=true to configure it anyway (image builds, GPUs added later)." % who)
+        return {"selected": False, "live": live, "mode": {}, "messages": [message], "result": result}
+    if info.get("known_bad_release"):
+        raise GpuOperatorPlanError("%s: %s %s: %s. Nothing was changed." % (
+            who, info["distribution"], info["release"], info["known_bad_release"]))
+    if settings["driver_install"] and settings["driver_reboot"] != "never" and settings["local_connection"]:
+        raise GpuOperatorPlanError(
+            "%s: gpu_node_driver_install is true with gpu_node_driver_reboot=%s, and this host is reached with the local "
+            "connection: a new driver may need a reboot, and the role does not reboot the machine that runs Ansible. Set "
+            "gpu_node_driver_reboot=never (you reboot when the role says so), or run the role against this host over ssh "
+            "from another machine. Nothing was changed." % (who, settings["driver_reboot"]))
+    operator_driver = settings["operator_driver"]
+    if operator_driver == "auto":
+        operator_driver = not settings["driver_install"]
+    mode = plan_node(info, settings["mode"], operator_toolkit=settings["operator_toolkit"],
+                     operator_driver=operator_driver, toolkit_install=settings["toolkit_install"],
+                     driver_install=settings["driver_install"], default_runtime=settings["default_runtime"] or "",
+                     live=live, remove_operator_leftovers=settings["remove_operator_leftovers"], host=host)
+    result["pending"] = list(mode["pending"])
+    return {"selected": True, "live": live, "mode": mode, "messages": list(mode["pending"]), "result": result}

@@ -412,3 +412,53 @@ def test_role_writes_the_manifest_name_of_the_engine():
     role_vars = yaml.safe_load(
         (Path(__file__).resolve().parents[4] / "roles/gpu_node/vars/main.yml").read_text(encoding="utf-8"))
     assert role_vars["gpu_node__operator_manifest_file"] == op.MANIFEST_FILE
+
+
+# --- the role's first decision in one call ----------------------------------------------------------
+
+HOST_SETTINGS = {"force": False, "root": "/", "mode": "host", "operator_toolkit": True, "operator_driver": "auto",
+                 "toolkit_install": False, "driver_install": False, "driver_reboot": "if_needed", "default_runtime": "",
+                 "remove_operator_leftovers": False, "local_connection": False}
+
+
+def gpu_facts(sandbox, layout="package", release=RELEASE):
+    sandbox.k3s("k3s", layout)
+    sandbox.write("/proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build\n")
+    sandbox.write("/dev/nvidia0")
+    return detect.gather(sandbox.root, "k3s", release)
+
+
+def test_plan_host_leaves_a_host_without_a_gpu_alone(sandbox):
+    decided = op.plan_host(facts_of(sandbox), dict(HOST_SETTINGS, root="/tmp/tree"), host="cpu1")
+    assert (decided["selected"], decided["live"], decided["mode"]) == (False, False, {})
+    assert decided["result"]["status"] == "skipped" and decided["result"]["reason"].startswith("no NVIDIA GPU")
+    assert decided["messages"][0].startswith("cpu1: no NVIDIA GPU on the PCI bus")
+    forced = op.plan_host(facts_of(sandbox), dict(HOST_SETTINGS, force=True))
+    assert forced["selected"] is True and forced["result"]["status"] == "configured"
+
+
+def test_plan_host_on_a_gpu_node(sandbox):
+    decided = op.plan_host(gpu_facts(sandbox), dict(HOST_SETTINGS, mode="operator", toolkit_install=True,
+                                                    default_runtime="nvidia"), host="gpu1")
+    assert decided["selected"] and decided["live"]
+    assert decided["mode"]["remove_host_toolkit"] is True
+    assert decided["result"]["mode"] == "operator" and decided["result"]["pending"] == decided["messages"]
+    assert decided["result"]["runtimes_detected"] == ["nvidia", "nvidia-cdi"]
+
+
+@pytest.mark.parametrize("settings, release, message", [
+    ({"driver_install": True, "local_connection": True}, RELEASE,
+     r"gpu1: gpu_node_driver_install is true with gpu_node_driver_reboot=if_needed, and this host is reached with the local "
+     r"connection: .*does not reboot the machine that runs Ansible"),
+    ({}, "v1.28.3+k3s1", r"gpu1: k3s v1.28.3\+k3s1: its template fails to render"),
+    ({"mode": "host", "toolkit_install": True}, RELEASE, None),
+])
+def test_plan_host_refusals(sandbox, settings, release, message):
+    facts = gpu_facts(sandbox, "operator" if message is None else "package", release)
+    with pytest.raises(op.GpuOperatorPlanError, match=message or r"gpu1 has the GPU Operator's toolkit"):
+        op.plan_host(facts, dict(HOST_SETTINGS, **settings), host="gpu1")
+    if settings.get("local_connection"):
+        # the role never reboots: nothing to refuse
+        never = dict(HOST_SETTINGS, **settings)
+        never["driver_reboot"] = "never"
+        assert op.plan_host(facts, never, host="gpu1")["selected"] is True
