@@ -11,11 +11,15 @@ short_description: The gpu_node role's first decision about a host, in one call
 version_added: 0.1.0
 description:
   - From a host's M(k3s_gpu.nvidia.runtime_info) result and the role's settings, decides whether the role configures the
-    host (a GPU on the PCI bus or a loaded driver, or C(force)), whether it works on the real root, the mode plan of
-    P(k3s_gpu.nvidia.gpu_node_mode_plan#filter), the messages to show, and the skeleton of C(gpu_node_result).
+    host (a GPU on the PCI bus or a loaded driver, or C(force)), whether it works on the real root, the mode plan (what
+    host or operator mode installs, removes or leaves to the GPU Operator, and whether the default runtime can be set
+    yet), the messages to show, and the skeleton of C(gpu_node_result).
+  - C(remove_operator_leftovers) lets host mode take back a node whose GPU Operator was uninstalled (its toolkit container
+    leaves C(/usr/local/nvidia/toolkit) behind).
   - One call instead of one template per decision - on a fleet every templated expression is paid per host.
   - Fails the host, with the fix, for a release known to break with NVIDIA runtimes, a driver install whose reboot policy
-    could reboot the machine that runs Ansible (local connection), and every refusal of the mode plan.
+    could reboot the machine that runs Ansible (local connection), and two owners of one thing on one node - the GPU
+    Operator's toolkit and the host's, the operator's driver and the role's, stale operator files while its toolkit is off.
 positional: _input, settings
 options:
   _input:
@@ -45,7 +49,10 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: C(selected), C(live), C(mode) (the mode plan, empty when not selected), C(messages), C(result).
+  description: >-
+    C(selected), C(live), C(messages), C(result), and C(mode) (empty when not selected) - C(install_toolkit),
+    C(remove_host_toolkit), C(remove_operator_leftovers), C(install_driver), C(generate_cdi), C(default_runtime) (empty
+    while it must wait for the operator), C(pending), C(owners) (runtime -> owner), C(operator_handlers).
   type: dict
 """
 

@@ -33,14 +33,15 @@ from collections.abc import Mapping
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _manifest_yaml as manifest_yaml
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
 
 MODE_HOST = "host"
 MODE_OPERATOR = "operator"
 MODES = (MODE_HOST, MODE_OPERATOR)
 
 # Label on every object this collection writes (the same as on its RuntimeClasses).
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "k3s_gpu.nvidia"
+MANAGED_BY_LABEL = runtimeclasses.MANAGED_BY_LABEL
+MANAGED_BY = runtimeclasses.MANAGED_BY
 
 HELMCHART_API_VERSION = "helm.cattle.io/v1"
 HELMCHART_KIND = "HelmChart"
@@ -63,7 +64,6 @@ SETTING_KEYS = ("chart_version", "chart_repo", "chart_archive", "namespace", "cd
                 "helmchart_spec")
 NODE_KEYS = ("host", "mode", "driver_install")
 
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 _CHART_VERSION = re.compile(r"v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?\Z")
 _CHART_ARCHIVE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.tgz\Z")
 
@@ -262,7 +262,8 @@ def _check_settings(settings):
     if archive and not (isinstance(archive, str) and _CHART_ARCHIVE.match(archive)):
         raise GpuOperatorPlanError("gpu_node_operator_chart_archive %r must be a file name ending in .tgz (the archive is "
                                    "copied to the server's static/charts directory)" % (archive,))
-    if not isinstance(checked["namespace"], str) or not _DNS1123_LABEL.match(checked["namespace"]):
+    namespace = checked["namespace"]
+    if not isinstance(namespace, str) or len(namespace) > 63 or not runtimeclasses.DNS1123_LABEL.match(namespace):
         raise GpuOperatorPlanError("gpu_node_operator_namespace %r is not a namespace name (lowercase letters, digits, "
                                    "'-')" % (checked["namespace"],))
     if checked["cdi"] is not None and not isinstance(checked["cdi"], bool):

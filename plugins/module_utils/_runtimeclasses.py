@@ -54,7 +54,7 @@ PLAN_KEYS = ("manifests", "shipped", "skipped", "handlers", "owners")
 
 # Kubernetes validation rules (k8s.io/apimachinery/pkg/util/validation): DNS-1123 label and
 # subdomain, qualified name (label key), label value.
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")  # also namespace names
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 _QUALIFIED_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
@@ -83,7 +83,7 @@ def _is_list(value):
 
 
 def _check_dns_label(where, value, what):
-    if not isinstance(value, str) or len(value) > 63 or not _DNS1123_LABEL.match(value):
+    if not isinstance(value, str) or len(value) > 63 or not DNS1123_LABEL.match(value):
         raise RuntimeClassPlanError(
             "%s: %r is not a valid %s: a RuntimeClass name and handler must be a lowercase DNS-1123 "
             "label (a-z, 0-9 and '-', starting and ending with a letter or digit, at most 63 "
