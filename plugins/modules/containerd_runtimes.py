@@ -26,8 +26,9 @@ description:
     or a drop-in in C(/etc/containerd/conf.d/) where the config imports it and containerd merges deeply (2.1+)."
   - The default runtime goes to C(/etc/rancher/<k3s|rke2>/config.yaml.d/) as C(default-runtime) when the release
     detects that runtime, else to C(default_runtime_name) in the containerd config where that is safe.
-  - TOML is parsed and rendered on the controller (the node needs only Python's standard library); the
-    file is written with M(ansible.builtin.copy), atomically, with O(backup) and O(validate).
+  - TOML is parsed and rendered on the controller (the node needs only Python's standard library); every
+    file that changes is written in one execution of M(k3s_gpu.nvidia.node_files), atomically, with O(backup)
+    and O(validate), and only if it is still the text the decision was made from.
   - When nothing is missing nothing is written, and a drop-in or template this module created earlier and
     no longer needs is removed.
 author:
@@ -139,6 +140,17 @@ options:
       - Set (V(true) or V(false)), the task owns that whole file - the default runtime only when O(default_runtime) is
         given, the labels only when V(true); unset, the file keeps a default runtime set earlier.
     type: bool
+  node_facts:
+    description:
+      - The registered result of M(k3s_gpu.nvidia.runtime_info) with O(k3s_gpu.nvidia.runtime_info#module:include_content=true),
+        read earlier in the play from this node, with the same O(root), O(data_dir), O(toolkit_dirs) and O(path), the same
+        or an V(auto) O(distribution), and every absolute O(runtimes[].binary) among its O(k3s_gpu.nvidia.runtime_info#module:binaries).
+        The task then makes no reading of its own, and a run that changes nothing costs no module execution on the node.
+      - When the result does not fit those options the task reads the node itself (RV(facts_source) says which).
+      - Give it only when nothing on the node changed since that reading, as the M(k3s_gpu.nvidia.gpu_node) role does
+        (it reads again after an install). A file changed in between is not overwritten - the write checks that every
+        file is still the text the decision was made from, and fails naming the file otherwise.
+    type: dict
   path:
     description: Write this node file instead of the one the plan picks (a C(.tmpl) is edited as a template, a file in a C(.d) directory as a drop-in).
     type: path
@@ -152,6 +164,7 @@ notes:
   - O(mode) defaults to V(0600) for files this module creates.
 seealso:
   - module: k3s_gpu.nvidia.runtime_info
+  - module: k3s_gpu.nvidia.node_files
   - plugin: k3s_gpu.nvidia.containerd_runtime_blocks
     plugin_type: filter
 """
@@ -236,6 +249,11 @@ files:
   type: list
   elements: dict
   sample: [{path: /var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl, action: created, backup_file: null}]
+facts_source:
+  description: V(node_facts) when the task used O(node_facts), V(read) when it read the node itself.
+  returned: always
+  type: str
+  sample: node_facts
 notes:
   description: Decisions worth knowing (a drop-in overriding a rendered block, a runc block added, a setting already the default).
   returned: always

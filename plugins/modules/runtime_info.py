@@ -134,6 +134,14 @@ root:
   returned: success
   type: str
   sample: /
+read_options:
+  description:
+    - The options this reading was made with (O(root), O(distribution), O(release), O(data_dir), O(toolkit_dirs),
+      O(path), O(binaries), O(include_content)). M(k3s_gpu.nvidia.containerd_runtimes) checks them before it
+      uses a registered result given as its O(k3s_gpu.nvidia.containerd_runtimes#module:node_facts).
+  returned: success
+  type: dict
+  sample: {root: /, distribution: auto, release: null, data_dir: null, toolkit_dirs: [], path: null, binaries: [], include_content: true}
 known_bad_release:
   description: Why this exact release is known to break with NVIDIA runtimes, else null.
   returned: success
@@ -326,7 +334,8 @@ def main():
     if facts["known_bad_release"]:
         module.warn("%s %s: %s" % (facts["distribution"], facts["release"], facts["known_bad_release"]))
     result = facts if params["include_content"] else detect.strip_content(facts)
-    module.exit_json(changed=False, plan=plan, **result)
+    read_options = dict((key, params[key]) for key in RUNTIME_INFO_SPEC)
+    module.exit_json(changed=False, plan=plan, read_options=read_options, **result)
 
 
 if __name__ == "__main__":
