@@ -115,7 +115,7 @@ class Bench:
         progress("== %d hosts: %d clusters, %d GPU hosts, %s" % (
             size, fleet["clusters"], fleet["gpu_hosts"], ", ".join("%s %d" % item for item in fleet["layouts"].items())))
 
-        repetitions, noop_runs = [], []
+        repetitions, converge_runs, noop_runs = [], [], []
         for rep in range(1, reps + 1):
             sandbox_fleet.write_trees(trees_dir, nodes)  # every converge starts from an untouched fleet
             prefix = os.path.join(size_dir, "rep%d-" % rep)
@@ -127,11 +127,13 @@ class Bench:
                                               floor_events, noop_events, nodes)
             record["converge"].update(changed_results=converge_events.changed, manifests_written=manifests)
             repetitions.append(record)
+            converge_runs.append(converge_events)
             noop_runs.append(noop_events)
             progress("   rep %d/%d: floor %.1f s, converge %.1f s, no-op %.1f s (no-op/floor %.2fx, changed on no-op %d)" % (
                 rep, reps, floor.wall_seconds, converge.wall_seconds, noop.wall_seconds,
                 record["ratios"]["noop_to_floor"], noop_events.changed))
-        summary = report.size_summary(size, fleet, repetitions, report.task_breakdown(noop_runs))
+        summary = report.size_summary(size, fleet, repetitions, report.task_breakdown(noop_runs),
+                                      report.task_breakdown(converge_runs))
         summary["nodes"] = [dataclasses.asdict(node) for node in nodes]
         return summary
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import statistics
 
+from playbook_run import PSS_SAMPLE_SECONDS, SAMPLE_SECONDS
+
 MIB = 1024 * 1024
 RUNS = ("floor", "converge", "noop")
 HOST_WORK_FIELDS = ("dispatched", "module_tasks", "controller_tasks", "skipped", "modules", "connection_ops")
@@ -32,10 +34,16 @@ def host_work_by_class(noop_events, nodes):
     return summary
 
 
+def _mib(size):
+    return None if size is None else size / MIB
+
+
 def _measured(run):
     return {"wall_seconds": run.wall_seconds, "peak_tree_rss_mib": run.peak_tree_rss / MIB,
             "peak_forks_rss_mib": run.peak_forks_rss / MIB, "peak_main_rss_mib": run.peak_main_rss / MIB,
-            "peak_processes": run.peak_processes, "memory_samples": run.samples}
+            # None: smaps_rollup missing or unreadable
+            "peak_tree_pss_mib": _mib(run.peak_tree_pss), "peak_forks_pss_mib": _mib(run.peak_forks_pss),
+            "peak_processes": run.peak_processes, "memory_samples": run.samples, "pss_samples": run.pss_samples}
 
 
 def repetition_record(runs, floor_events, noop_events, nodes):
@@ -55,10 +63,10 @@ def repetition_record(runs, floor_events, noop_events, nodes):
     return record
 
 
-def task_breakdown(noop_runs):
-    """The no-op run's tasks, averaged over repetitions, in the order they ran."""
+def task_breakdown(runs):
+    """A run's tasks (the converge's or the no-op run's), averaged over repetitions, in the order they ran."""
     merged = {}
-    for events in noop_runs:
+    for events in runs:
         for task in events.tasks:
             merged.setdefault(task.location, []).append(task)
     rows = []
@@ -77,7 +85,7 @@ def task_breakdown(noop_runs):
     return rows
 
 
-def size_summary(size, fleet, repetitions, breakdown):
+def size_summary(size, fleet, repetitions, breakdown, converge_breakdown):
     """The figures quoted for one size: medians over repetitions (ratios: median of the per-repetition ratios)."""
     def median(*keys):
         values = []
@@ -86,13 +94,14 @@ def size_summary(size, fleet, repetitions, breakdown):
             for key in keys:
                 value = value[key]
             values.append(value)
-        return statistics.median(values)
+        return None if None in values else statistics.median(values)  # None: not measured (PSS unreadable)
 
-    summary = {"hosts": size, "fleet": fleet, "repetitions": repetitions, "noop_tasks": breakdown}
+    summary = {"hosts": size, "fleet": fleet, "repetitions": repetitions, "noop_tasks": breakdown,
+               "converge_tasks": converge_breakdown}
     for run in RUNS:
         summary[run] = {field: median(run, field)
                         for field in ("wall_seconds", "peak_tree_rss_mib", "peak_forks_rss_mib", "peak_main_rss_mib",
-                                      "peak_processes")}
+                                      "peak_tree_pss_mib", "peak_forks_pss_mib", "peak_processes")}
         summary[run]["ms_per_host"] = summary[run]["wall_seconds"] / size * 1000
     summary["floor"]["stat_ms_per_host"] = median("floor", "stat_ms_per_host")
     summary["noop"]["startup_seconds"] = median("noop", "startup_seconds")
@@ -124,7 +133,7 @@ def _pair(per_host, field):
 def markdown(summaries, settings):
     sections = [_header(summaries, settings), _wall_table(summaries), _fleets(summaries), _work_table(summaries),
                 _memory_table(summaries), _warnings(summaries)]
-    sections += [breakdown_markdown(summary) for summary in summaries]
+    sections += [breakdown_markdown(summary, run) for summary in summaries for run in ("noop", "converge")]
     return "\n\n".join("\n".join(lines) for lines in sections if lines) + "\n"
 
 
@@ -180,20 +189,24 @@ def _work_table(summaries):
 
 
 def _memory_table(summaries):
-    out = ["Controller memory, peak RSS sampled every 100 ms, floor · converge · no-op: ansible-playbook and "
-           "every descendant added up (with the local connection, also each host's module process), "
-           "ansible-playbook and its forked workers added up (what a controller of a real fleet holds; "
-           "copy-on-write pages count once per process, so both sums are upper bounds), and "
-           "ansible-playbook alone (VmHWM).",
+    out = ["Controller memory, peaks, floor · converge · no-op: ansible-playbook and every descendant added up "
+           "(with the local connection, also each host's module process), ansible-playbook and its forked "
+           "workers added up (what a controller of a real fleet holds), and ansible-playbook alone (VmHWM). "
+           "RSS is sampled every %.0f ms and counts copy-on-write pages once per process, so its sums are upper "
+           "bounds; PSS (every %.0f ms) splits shared pages among the processes that share them, so the PSS "
+           "sum is what the processes really occupy together (n/a: smaps_rollup unreadable)." % (
+               SAMPLE_SECONDS * 1000, PSS_SAMPLE_SECONDS * 1000),
            "",
-           "| hosts | all descendants | ansible-playbook + workers | ansible-playbook | most processes |",
-           "|---|---|---|---|---|"]
+           "| hosts | all descendants, RSS | all descendants, PSS | ansible-playbook + workers, RSS "
+           "| ansible-playbook + workers, PSS | ansible-playbook | most processes |",
+           "|---|---|---|---|---|---|---|"]
     for summary in summaries:
-        def three(field):
-            return " · ".join("%.0f" % summary[run][field] for run in RUNS)
-        out.append("| %d | %s MiB | %s MiB | %s MiB | %s |" % (
-            summary["hosts"], three("peak_tree_rss_mib"), three("peak_forks_rss_mib"), three("peak_main_rss_mib"),
-            three("peak_processes")))
+        def three(field, unit=" MiB"):
+            values = (summary[run][field] for run in RUNS)
+            return " · ".join("n/a" if value is None else "%.0f" % value for value in values) + unit
+        out.append("| %d | %s | %s | %s | %s | %s | %s |" % (
+            summary["hosts"], three("peak_tree_rss_mib"), three("peak_tree_pss_mib"), three("peak_forks_rss_mib"),
+            three("peak_forks_pss_mib"), three("peak_main_rss_mib"), three("peak_processes", "")))
     return out
 
 
@@ -209,12 +222,16 @@ def _warnings(summaries):
     return out
 
 
-def breakdown_markdown(summary):
-    hosts, noop, rows = summary["hosts"], summary["noop"], summary["noop_tasks"]
-    out = ["No-op run at %d hosts (%d with a GPU), task by task (means over repetitions): hosts it ran on and was "
+def breakdown_markdown(summary, run="noop"):
+    """The task table of one run ("noop" or "converge") of one size."""
+    hosts, measured, rows = summary["hosts"], summary[run], summary.get(run + "_tasks") or []
+    if not rows:
+        return []
+    title = "No-op run" if run == "noop" else "Converge (first run on an untouched fleet)"
+    out = ["%s at %d hosts (%d with a GPU), task by task (means over repetitions): hosts it ran on and was "
            "skipped on, module executions and connection operations per host it ran on, wall time from its start "
            "to its last host's result, and time in the worker per host it ran on (the floor's stat: %.0f ms)." % (
-               hosts, summary["fleet"]["gpu_hosts"], summary["floor"]["stat_ms_per_host"]),
+               title, hosts, summary["fleet"]["gpu_hosts"], summary["floor"]["stat_ms_per_host"]),
            "",
            "| task | where | action | ran | skipped | modules | conn. ops | wall | per host |",
            "|---|---|---|---|---|---|---|---|---|"]
@@ -227,11 +244,13 @@ def breakdown_markdown(summary):
     for row in rows:
         plays[row["play"]] = plays.get(row["play"], 0.0) + row["wall_ms"] / 1000
     never_ran = [row for row in rows if not row["ran_on"]]
+    startup = measured.get("startup_seconds")
     out += ["",
-            "Where the %.1f s go: %.1f s from the process start until the playbook is loaded; in tasks %s; the rest (%.1f s) "
-            "between tasks and plays. %d tasks were skipped on every host and still took %.1f s together." % (
-                noop["wall_seconds"], noop["startup_seconds"],
+            "Where the %.1f s go: %sin tasks %s; the rest (%.1f s) between tasks and plays. %d tasks were skipped on "
+            "every host and still took %.1f s together." % (
+                measured["wall_seconds"],
+                "%.1f s from the process start until the playbook is loaded; " % startup if startup is not None else "",
                 ", ".join("%.1f s in '%s'" % (seconds, play) for play, seconds in plays.items()),
-                noop["wall_seconds"] - noop["startup_seconds"] - sum(plays.values()),
+                measured["wall_seconds"] - (startup or 0.0) - sum(plays.values()),
                 len(never_ran), sum(row["wall_ms"] for row in never_ran) / 1000)]
     return out
