@@ -147,7 +147,7 @@ options:
         or an V(auto) O(distribution), and every absolute O(runtimes[].binary) among its O(k3s_gpu.nvidia.runtime_info#module:binaries).
         The task then makes no reading of its own, and a run that changes nothing costs no module execution on the node.
       - When the result does not fit those options the task reads the node itself (RV(facts_source) says which).
-      - Give it only when nothing on the node changed since that reading, as the M(k3s_gpu.nvidia.gpu_node) role does
+      - Give it only when nothing on the node changed since that reading, as the role C(k3s_gpu.nvidia.gpu_node) does
         (it reads again after an install). A file changed in between is not overwritten - the write checks that every
         file is still the text the decision was made from, and fails naming the file otherwise.
     type: dict

@@ -11,7 +11,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: node_files
 short_description: Write or remove several files of a node in one round trip, each only if it is still what was read
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - The writer behind M(k3s_gpu.nvidia.containerd_runtimes) - after the controller has read a node and decided
     the exact text of every file it changes, this module applies all of them in one module execution instead
@@ -221,7 +221,7 @@ def _check_expectations(entries):
         state, data = _read(path)
         if state not in ("file", "absent"):
             raise NodeFileError("%s is a %s, not a regular file; nothing was written. Replace it with the file it "
-                                 "points to (or move it away) and run again" % (path, state))
+                                "points to (or move it away) and run again" % (path, state))
         expected = entry["expected_state"]
         if expected == "absent" and state != "absent":
             raise NodeFileError("%s was created after it was read (it did not exist then); nothing was written. "

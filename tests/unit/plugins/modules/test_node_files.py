@@ -93,8 +93,10 @@ def test_a_file_changed_since_it_was_read_stops_everything(node, capsys):
     assert snapshot(node) == before  # not even the first file
 
 
-@pytest.mark.parametrize("expected_state, message", [("absent", "was created after it was read"),
-                                                      ("file", "was removed after it was read")])
+@pytest.mark.parametrize("expected_state, message", [
+    ("absent", "was created after it was read"),
+    ("file", "was removed after it was read"),
+])
 def test_existence_expectations(node, capsys, expected_state, message):
     path = node / "etc" / ("config.toml" if expected_state == "absent" else "missing.toml")
     before = snapshot(node)
