@@ -9,9 +9,6 @@ written in one k3s_gpu.nvidia.node_files execution, each only if it is still the
 
 from __future__ import annotations
 
-import copy
-import hashlib
-
 from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
 from ansible.plugins.action import ActionBase
 
@@ -19,10 +16,6 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as pla
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import CONTAINERD_RUNTIMES_SPEC
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes_engine
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
-
-NEW_DIR_MODE = "0700"
-_NOT_FILE_ARGS = ("src", "follow", "force", "content", "backup", "remote_src", "regexp", "delimiter", "directory_mode")
-_FILE_ARGS = tuple(k for k in FILE_COMMON_ARGUMENTS if k not in _NOT_FILE_ARGS)
 
 
 class ActionModule(ActionBase):
@@ -33,7 +26,7 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
         spec = dict(CONTAINERD_RUNTIMES_SPEC)
-        spec.update((k, v) for k, v in FILE_COMMON_ARGUMENTS.items() if k in _FILE_ARGS)
+        spec.update((k, v) for k, v in FILE_COMMON_ARGUMENTS.items() if k in changes_engine.FILE_ARGS)
         _validation, params = self.validate_argument_spec(argument_spec=spec)
         try:
             return self._run(result, params, task_vars)
@@ -42,7 +35,7 @@ class ActionModule(ActionBase):
 
     def _run(self, result, params, task_vars):
         binaries = sorted(set(r["binary"] for r in params["runtimes"] or [] if r.get("binary")))
-        facts = given_facts(params, binaries)
+        facts = changes_engine.given_facts(params, binaries)
         result["facts_source"] = "node_facts" if facts is not None else "read"
         if facts is None:
             facts = self._execute_module(
@@ -71,8 +64,8 @@ class ActionModule(ActionBase):
         if self._task.diff and changes:
             result["diff"] = [dict(before=c["before"] or "", after=c["after"] or "", before_header=c["path"],
                                    after_header=c["path"]) for c in changes]
-        entries = [write_entry(change, params) for change in changes]
-        entries += attribute_entries(facts, plan, changes, params)
+        entries = [changes_engine.write_entry(change, params) for change in changes]
+        entries += changes_engine.attribute_entries(facts, plan, changes, params)
         if not entries:
             return result
         written = self._execute_module(module_name="k3s_gpu.nvidia.node_files", module_args=dict(files=entries),
@@ -87,55 +80,3 @@ class ActionModule(ActionBase):
             result.update(failed=True, changed=bool(outcomes), files=result["files"][:len(outcomes)],
                           msg="writing the containerd files failed: %s" % written.get("msg"))
         return result
-
-
-def given_facts(params, binaries):
-    """A copy of params["node_facts"] when that reading fits this task's options, else None (read the node)."""
-    given = params.get("node_facts")
-    if not given or given.get("failed") or given.get("skipped"):
-        return None
-    options = given.get("read_options") or {}
-    fits = (options.get("include_content") is True
-            and options.get("root") == params["root"]
-            and params["distribution"] in ("auto", given.get("distribution"))
-            and params["release"] in (None, given.get("release"))
-            and options.get("data_dir") == params["data_dir"]
-            and list(options.get("toolkit_dirs") or []) == list(params["toolkit_dirs"] or [])
-            and options.get("path") == params["path"]
-            and all(b in (given.get("binaries") or {}) for b in binaries if b.startswith("/")))
-    return copy.deepcopy(dict(given)) if fits else None
-
-
-def _sha1(text):
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()
-
-
-def write_entry(change, params):
-    """One k3s_gpu.nvidia.node_files entry: the new text (or removal) and the text it was computed from."""
-    entry = {"path": change["path"], "backup": params["backup"], "directory_mode": NEW_DIR_MODE,
-             "expected_state": "file" if change["exists"] else "absent",
-             "expected_sha1": _sha1(change["before"]) if change["exists"] else None}
-    if change["after"] is None:
-        entry["state"] = "absent"
-        return entry
-    entry.update(state="file", content=change["after"])
-    if change["key"] != "default_runtime_file":  # the validate command is for containerd's TOML
-        entry["validate"] = params["validate"]
-    for key in _FILE_ARGS:
-        if params.get(key) is not None:
-            entry[key] = params[key]
-    return entry
-
-
-def attribute_entries(facts, plan, changes, params):
-    """owner/group/mode/SELinux on the target even when its text is already right."""
-    if not any(params.get(k) is not None for k in _FILE_ARGS if k != "unsafe_writes"):
-        return []
-    target_path = changes_engine.host_path(facts["root"], plan["target"]["path"])
-    if any(c["path"] == target_path for c in changes):
-        return []  # its write entry carries the attributes
-    if (facts["files"].get(plan["target"]["key"]) or {}).get("state") != "file":
-        return []
-    entry = {"path": target_path, "state": "file", "expected_state": "file"}
-    entry.update((k, params[k]) for k in _FILE_ARGS if params.get(k) is not None)
-    return [entry]

@@ -44,3 +44,26 @@ CONTAINERD_RUNTIMES_SPEC = dict(
     validate=dict(type="str"),
     backup=dict(type="bool", default=False),
 )
+
+# k3s_gpu.nvidia.node_files: one entry per file
+NODE_FILE_SPEC = dict(
+    path=dict(type="path", required=True),
+    state=dict(type="str", default="file", choices=["file", "absent"]),
+    content=dict(type="str"),
+    expected_state=dict(type="str", choices=["absent", "file"]),
+    expected_sha1=dict(type="str"),
+    backup=dict(type="bool", default=False),
+    validate=dict(type="str"),
+    mode=dict(type="raw"),
+    owner=dict(type="str"),
+    group=dict(type="str"),
+    seuser=dict(type="str"),
+    serole=dict(type="str"),
+    setype=dict(type="str"),
+    selevel=dict(type="str"),
+    attributes=dict(type="str", aliases=["attr"]),
+    unsafe_writes=dict(type="bool", default=False),
+    directory_mode=dict(type="raw", default="0700"),
+)
+
+NODE_FILES_SPEC = dict(files=dict(type="list", elements="dict", required=True, options=NODE_FILE_SPEC))

@@ -62,7 +62,7 @@ options:
         choices: [absent, file]
       expected_sha1:
         description:
-          - With O(files[].expected_state=file), the SHA-1 (hex) of the text the change was computed from.
+          - The SHA-1 (hex) of the text the change was computed from; implies O(files[].expected_state=file).
         type: str
       backup:
         description: Keep a timestamped copy of a file before replacing or removing it.
@@ -160,30 +160,10 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import NODE_FILES_SPEC
+
 _ATTRIBUTE_KEYS = ("mode", "owner", "group", "seuser", "serole", "setype", "selevel", "attributes", "unsafe_writes")
 NEW_FILE_MODE = "0600"
-
-FILE_SPEC = dict(
-    path=dict(type="path", required=True),
-    state=dict(type="str", default="file", choices=["file", "absent"]),
-    content=dict(type="str"),
-    expected_state=dict(type="str", choices=["absent", "file"]),
-    expected_sha1=dict(type="str"),
-    backup=dict(type="bool", default=False),
-    validate=dict(type="str"),
-    mode=dict(type="raw"),
-    owner=dict(type="str"),
-    group=dict(type="str"),
-    seuser=dict(type="str"),
-    serole=dict(type="str"),
-    setype=dict(type="str"),
-    selevel=dict(type="str"),
-    attributes=dict(type="str", aliases=["attr"]),
-    unsafe_writes=dict(type="bool", default=False),
-    directory_mode=dict(type="raw", default="0700"),
-)
-
-ARGUMENT_SPEC = dict(files=dict(type="list", elements="dict", required=True, options=FILE_SPEC))
 
 
 class NodeFileError(Exception):
@@ -222,7 +202,7 @@ def _check_expectations(entries):
         if state not in ("file", "absent"):
             raise NodeFileError("%s is a %s, not a regular file; nothing was written. Replace it with the file it "
                                 "points to (or move it away) and run again" % (path, state))
-        expected = entry["expected_state"]
+        expected = entry["expected_state"] or ("file" if entry["expected_sha1"] else None)
         if expected == "absent" and state != "absent":
             raise NodeFileError("%s was created after it was read (it did not exist then); nothing was written. "
                                 "Look at who writes it, then run again" % path)
@@ -323,7 +303,7 @@ def apply(module, entries, result):
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=NODE_FILES_SPEC, supports_check_mode=True)
     result = {"changed": False, "files": []}
     try:
         apply(module, module.params["files"], result)

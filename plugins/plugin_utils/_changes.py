@@ -10,10 +10,20 @@ PRIVATE to the collection. The action plugin only applies what compute() returns
 
 from __future__ import annotations
 
+import copy
+import hashlib
+
+from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
+
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+
+# owner/group/mode/SELinux options of the task, passed on to every file it writes
+_NOT_FILE_ARGS = ("src", "follow", "force", "content", "backup", "remote_src", "regexp", "delimiter", "directory_mode")
+FILE_ARGS = tuple(k for k in FILE_COMMON_ARGUMENTS if k not in _NOT_FILE_ARGS)
+NEW_DIR_MODE = "0700"
 
 # Files of ours that may exist from an earlier run, by facts["files"] key.
 _OWN_DROPINS = ("dropin_v3", "dropin_v2", "dropin")
@@ -110,3 +120,55 @@ def result_fields(facts, plan):
         "node_labels": plan.get("node_labels"),
         "notes": plan["notes"],
     }
+
+
+def given_facts(params, binaries):
+    """A copy of params["node_facts"] when that reading fits this task's options, else None (read the node)."""
+    given = params.get("node_facts")
+    if not given or given.get("failed") or given.get("skipped"):
+        return None
+    options = given.get("read_options") or {}
+    fits = (options.get("include_content") is True
+            and options.get("root") == params["root"]
+            and params["distribution"] in ("auto", given.get("distribution"))
+            and params["release"] in (None, given.get("release"))
+            and options.get("data_dir") == params["data_dir"]
+            and list(options.get("toolkit_dirs") or []) == list(params["toolkit_dirs"] or [])
+            and options.get("path") == params["path"]
+            and all(b in (given.get("binaries") or {}) for b in binaries if b.startswith("/")))
+    return copy.deepcopy(dict(given)) if fits else None
+
+
+def _sha1(text):
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+def write_entry(change, params):
+    """One k3s_gpu.nvidia.node_files entry: the new text (or removal) and the text it was computed from."""
+    entry = {"path": change["path"], "backup": params["backup"], "directory_mode": NEW_DIR_MODE,
+             "expected_state": "file" if change["exists"] else "absent",
+             "expected_sha1": _sha1(change["before"]) if change["exists"] else None}
+    if change["after"] is None:
+        entry["state"] = "absent"
+        return entry
+    entry.update(state="file", content=change["after"])
+    if change["key"] != "default_runtime_file":  # the validate command is for containerd's TOML
+        entry["validate"] = params["validate"]
+    for key in FILE_ARGS:
+        if params.get(key) is not None:
+            entry[key] = params[key]
+    return entry
+
+
+def attribute_entries(facts, plan, changes, params):
+    """owner/group/mode/SELinux on the target even when its text is already right."""
+    if not any(params.get(k) is not None for k in FILE_ARGS if k != "unsafe_writes"):
+        return []
+    target_path = host_path(facts["root"], plan["target"]["path"])
+    if any(c["path"] == target_path for c in changes):
+        return []  # its write entry carries the attributes
+    if (facts["files"].get(plan["target"]["key"]) or {}).get("state") != "file":
+        return []
+    entry = {"path": target_path, "state": "file", "expected_state": "file"}
+    entry.update((k, params[k]) for k in FILE_ARGS if params.get(k) is not None)
+    return [entry]

@@ -153,3 +153,10 @@ def test_attributes_only(node, capsys):
 def test_bad_entries(capsys, entry, message):
     result = run(capsys, [entry])
     assert result["failed"] is True and message in result["msg"]
+
+
+def test_a_checksum_alone_means_the_file_must_exist_unchanged(node, capsys):
+    before = snapshot(node)
+    result = run(capsys, [{"path": str(node / "etc" / "config.toml"), "content": NEW, "expected_sha1": sha1("other\n")}])
+    assert result["failed"] is True and "changed after it was read" in result["msg"]
+    assert snapshot(node) == before

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The action plugin's controller-side choices: when a registered runtime_info result replaces the read,
+"""The containerd_runtimes controller-side choices (plugin_utils._changes): when a registered runtime_info result replaces the read,
 and what each change asks node_files to check and write. The whole task runs in the integration target."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.k3s_gpu.nvidia.plugins.action import containerd_runtimes as action
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.modules import runtime_info
 
 
@@ -38,12 +38,12 @@ def params(sandbox, **overrides):
 def test_a_fitting_reading_is_used_and_copied(sandbox, capsys):
     sandbox.k3s("k3s", "package")
     facts = read(sandbox, capsys)
-    used = action.given_facts(dict(params(sandbox), node_facts=facts), [])
+    used = changes.given_facts(dict(params(sandbox), node_facts=facts), [])
     assert used == facts and used is not facts
     used["files"].clear()
     assert facts["files"]  # the registered variable is never modified
     # distribution auto in the task takes the reading's
-    assert action.given_facts(dict(params(sandbox, distribution="auto"), node_facts=facts), []) is not None
+    assert changes.given_facts(dict(params(sandbox, distribution="auto"), node_facts=facts), []) is not None
 
 
 @pytest.mark.parametrize("read_options, overrides, binaries", [
@@ -59,27 +59,27 @@ def test_a_fitting_reading_is_used_and_copied(sandbox, capsys):
 def test_a_reading_that_does_not_fit_is_not_used(sandbox, capsys, read_options, overrides, binaries):
     sandbox.k3s("k3s", "package")
     facts = read(sandbox, capsys, **read_options)
-    assert action.given_facts(dict(params(sandbox, **overrides), node_facts=facts), binaries) is None
+    assert changes.given_facts(dict(params(sandbox, **overrides), node_facts=facts), binaries) is None
 
 
 def test_failed_or_skipped_results_are_not_used(sandbox, capsys):
     sandbox.k3s("k3s", "package")
     facts = read(sandbox, capsys)
-    assert action.given_facts(dict(params(sandbox), node_facts=dict(facts, failed=True)), []) is None
-    assert action.given_facts(dict(params(sandbox), node_facts={"skipped": True, "changed": False}), []) is None
-    assert action.given_facts(dict(params(sandbox), node_facts=None), []) is None
+    assert changes.given_facts(dict(params(sandbox), node_facts=dict(facts, failed=True)), []) is None
+    assert changes.given_facts(dict(params(sandbox), node_facts={"skipped": True, "changed": False}), []) is None
+    assert changes.given_facts(dict(params(sandbox), node_facts=None), []) is None
 
 
 def test_write_entries_carry_what_the_decision_was_made_from(sandbox):
     change = {"key": "template_v3", "path": sandbox.root + "/t.tmpl", "node_path": "/t.tmpl", "before": "a\n",
               "after": "a\nb\n", "exists": True, "parent_exists": True}
-    entry = action.write_entry(change, params(sandbox, validate="containerd config dump -c %s", mode="0640", backup=True))
+    entry = changes.write_entry(change, params(sandbox, validate="containerd config dump -c %s", mode="0640", backup=True))
     assert entry["expected_state"] == "file" and entry["expected_sha1"] == hashlib.sha1(b"a\n").hexdigest()
     assert entry["content"] == "a\nb\n" and entry["validate"] == "containerd config dump -c %s"
     assert entry["mode"] == "0640" and entry["backup"] is True
-    created = action.write_entry(dict(change, key="default_runtime_file", before=None, exists=False),
-                                 params(sandbox, validate="containerd config dump -c %s"))
+    created = changes.write_entry(dict(change, key="default_runtime_file", before=None, exists=False),
+                                  params(sandbox, validate="containerd config dump -c %s"))
     assert created["expected_state"] == "absent" and created["expected_sha1"] is None
     assert "validate" not in created  # the YAML file is not containerd's TOML
-    removed = action.write_entry(dict(change, after=None), params(sandbox))
+    removed = changes.write_entry(dict(change, after=None), params(sandbox))
     assert removed["state"] == "absent" and "content" not in removed
