@@ -203,6 +203,7 @@ stage_integration() {
 # ------------------------------------------------------------------ conformance
 stage_conformance() {
     check "install containerd 1.6 (apt), 1.7 and 2.x (Debian .debs, cached)" bash scripts/install-containerd.sh
+    check "install Go (the text/template oracle, tests/oracle)" bash scripts/install-go.sh
     check "pytest tests/conformance (real containerd)" \
         env PYTHONPATH="$COLL_PATH" "$VENV/bin/python" -m pytest tests/conformance -q -p no:cacheprovider
     checks_result
