@@ -11,7 +11,7 @@ short_description: Render containerd runtime tables for your own containerd conf
 version_added: 0.1.0
 description:
   - Renders the C([plugins...containerd.runtimes.<name>]) table and its C(.options) table for each runtime,
-    for containerd config schema 2 (C(io.containerd.grpc.v1.cri)) or 3 (C(io.containerd.cri.v1.runtime)).
+    for containerd config schema 2 (C(io.containerd.grpc.v1.cri)), 3 or 4 (C(io.containerd.cri.v1.runtime)).
   - Keys are quoted by tomlkit, runtime names are checked (lowercase DNS labels), binaries must be absolute,
     and runc shim options are checked against the shim's known options.
   - Takes a list of runtimes, or the result of M(k3s_gpu.nvidia.runtime_info), whose C(plan.write) runtimes
@@ -88,8 +88,9 @@ def containerd_runtime_blocks(data, schema=None, systemd_cgroup=None):
         raise AnsibleFilterError("containerd_runtime_blocks: expected a list of runtimes or a runtime_info result, got %s"
                                  % type(data).__name__)
     schema = int(schema or 3)
-    if schema not in (2, 3):
-        raise AnsibleFilterError("containerd_runtime_blocks: schema must be 2 or 3, not %s" % schema)
+    if schema not in distro.CONFIG_VERSIONS:
+        raise AnsibleFilterError("containerd_runtime_blocks: schema must be one of %s, not %s" % (
+            ", ".join(str(v) for v in distro.CONFIG_VERSIONS), schema))
     items = []
     try:
         for runtime in runtimes:

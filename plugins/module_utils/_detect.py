@@ -729,8 +729,11 @@ def _release_of(fs, distribution, release, run_command, root_is_host):
 
 
 def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_dirs=(), binaries=(),
-           path=None, run_command=None):
-    """All node facts the engine needs. Raises DetectError or distro.ReleaseError."""
+           path=None, run_command=None, newer_release=distro.NEWER_RELEASE_REFUSE):
+    """All node facts the engine needs. Raises DetectError or distro.ReleaseError.
+
+    newer_release: what to do with a release of a line newer than the feature table (distro.profile).
+    """
     fs = NodeFS(root)
     root_is_host = fs.root == "/"
     if distribution == "auto":
@@ -740,7 +743,7 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
                 raise DetectError("both %s are installed under %s; set distribution" % (" and ".join(found), fs.root))
             raise DetectError("neither k3s, rke2 nor containerd was found under %s; set distribution and release" % fs.root)
     release, release_source = _release_of(fs, distribution, release, run_command, root_is_host)
-    profile = distro.profile(distribution, release)
+    profile = distro.profile(distribution, release, newer_release)
     paths = distro.distribution_paths(distribution, data_dir)
     facts = {"distribution": distribution, "release": profile["release"], "release_source": release_source,
              "root": fs.root, "profile": profile, "paths": paths, "known_bad_release": profile["known_bad"]}

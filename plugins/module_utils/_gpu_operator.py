@@ -308,7 +308,7 @@ def _cluster_profile(cluster):
         raise GpuOperatorPlanError("cluster must be the runtime_info result of a k3s or rke2 server (distribution, "
                                    "release, paths); operator mode deploys a k3s/rke2 HelmChart")
     try:
-        return distro.profile(cluster["distribution"], cluster.get("release"))
+        return distro.profile(cluster["distribution"], cluster.get("release"), distro.newer_release_of(cluster))
     except distro.ReleaseError as exc:
         raise GpuOperatorPlanError("cluster release: %s" % exc)
 

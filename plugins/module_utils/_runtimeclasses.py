@@ -223,7 +223,7 @@ def _check_cluster(cluster):
             "cluster.runtimeclasses_disabled must be true or false (true when the servers run with "
             "disable: [%s]), got %r" % (distro.RUNTIMECLASS_SOURCES[distribution]["disable"], disabled))
     try:
-        profile = distro.profile(distribution, release)
+        profile = distro.profile(distribution, release, distro.newer_release_of(cluster))
     except distro.ReleaseError as exc:
         raise RuntimeClassPlanError("cluster.release: %s" % exc) from exc
     return str(distribution), profile, disabled

@@ -16,7 +16,7 @@ description:
   - Reads a node (or a sandbox tree under O(root)) and reports which NVIDIA container runtimes
     (C(nvidia), C(nvidia-cdi), C(nvidia-legacy), C(nvidia-experimental)) are installed, and which of
     them the installed k3s or rke2 release detects and renders into containerd's C(config.toml) by itself.
-  - The search mirrors k3s release by release, from v1.28 to v1.36 - the C(fs.Stat) era before February 2024,
+  - The search mirrors k3s release by release, from v1.28 to v1.37 - the C(fs.Stat) era before February 2024,
     the fixed C(exec.LookPath) PATH, and since October 2024 C(/usr/local/nvidia/toolkit:/opt/kwasm/bin)
     plus the service PATH read from the unit, its drop-ins and its environment files.
   - Also reports what k3s ignores - the C(.legacy) runtime, the driver version, C(/dev/nvidia*), CDI specs in
@@ -59,8 +59,22 @@ options:
       - The k3s/rke2 release (for example V(v1.31.6+k3s1), V(v1.33.10+rke2r1)) or, for plain containerd,
         the containerd version (V(1.7.24), V(2.1.4)).
       - By default the installed binary is asked (C(k3s --version)); that needs O(root=/).
-      - Releases older than the 1.28 line, or of a line newer than 1.36, are refused rather than guessed.
+      - Releases older than the 1.28 line are refused. A release of a line newer than 1.37 (containerd newer
+        than 2.3) is handled as O(newer_release) says.
     type: str
+  newer_release:
+    description:
+      - What to do with a release of a line newer than the collection's feature table knows (k3s/rke2 after 1.37,
+        containerd after 2.3). Its containerd template, template data, runtime detection and embedded containerd
+        may differ from every known line.
+      - V(refuse) fails with a message naming this option; nothing is read further.
+      - V(assume_newest_known) reads it as the newest release of the newest known line (1.37, containerd 2.3) and
+        warns with the release, the line assumed and the risk; C(assumed_line) in RV(profile) names that line.
+      - Shared through the C(k3s_gpu.nvidia.gpu) action group with M(k3s_gpu.nvidia.containerd_runtimes), so one
+        C(module_defaults) entry sets both; the C(gpu_node) role passes C(gpu_node_newer_release).
+    type: str
+    default: refuse
+    choices: [refuse, assume_newest_known]
   data_dir:
     description:
       - k3s/rke2 data directory. Default is C(data-dir) from C(config.yaml), else C(/var/lib/rancher/k3s)
@@ -137,11 +151,12 @@ root:
 read_options:
   description:
     - The options this reading was made with (O(root), O(distribution), O(release), O(data_dir), O(toolkit_dirs),
-      O(path), O(binaries), O(include_content)). M(k3s_gpu.nvidia.containerd_runtimes) checks them before it
+      O(newer_release), O(path), O(binaries), O(include_content)). M(k3s_gpu.nvidia.containerd_runtimes) checks them before it
       uses a registered result given as its O(k3s_gpu.nvidia.containerd_runtimes#module:node_facts).
   returned: success
   type: dict
-  sample: {root: /, distribution: auto, release: null, data_dir: null, toolkit_dirs: [], path: null, binaries: [], include_content: true}
+  sample: {root: /, distribution: auto, release: null, data_dir: null, toolkit_dirs: [], newer_release: refuse, path: null,
+           binaries: [], include_content: true}
 known_bad_release:
   description: Why this exact release is known to break with NVIDIA runtimes, else null.
   returned: success
@@ -152,14 +167,20 @@ profile:
     - What the release implies, from the collection's feature table - containerd line, config schema,
       template names in precedence order, base-template and drop-in support, detection era, the runtimes
       it looks for, the RuntimeClasses it ships, C(default-runtime) support, the CDI default.
+    - C(schema) is the config version of a file the collection creates; C(config_version_max) the highest
+      C(version) the node's containerd reads (4 from containerd 2.3; an existing file keeps its own version).
+    - C(assumed_line) is the known line a newer release is read as (O(newer_release=assume_newest_known)), else
+      null; C(assumed_warning) the warning given then.
   returned: success
   type: dict
   sample:
     distribution: k3s
     release: v1.31.6+k3s1
     line: "1.31"
+    assumed_line: null
     containerd: "2.0"
     schema: 3
+    config_version_max: 3
     templates: [config-v3.toml.tmpl, config.toml.tmpl]
     base_template: true
     dropin_imports: false
@@ -324,9 +345,12 @@ def main():
         facts = detect.gather(
             root=params["root"], distribution=params["distribution"], release=params["release"],
             data_dir=params["data_dir"], toolkit_dirs=params["toolkit_dirs"], binaries=params["binaries"],
-            path=params["path"], run_command=lambda argv: module.run_command(argv, check_rc=False))
+            path=params["path"], run_command=lambda argv: module.run_command(argv, check_rc=False),
+            newer_release=params["newer_release"])
     except (detect.DetectError, distro.ReleaseError) as exc:
         module.fail_json(msg=str(exc))
+    if facts["profile"].get("assumed_warning"):
+        module.warn(facts["profile"]["assumed_warning"])
     try:
         plan = planner.summarize(planner.make_plan(facts, path=params["path"]))
     except planner.PlanError as exc:

@@ -18,14 +18,14 @@ so both gpgcheck=1 and repo_gpgcheck=1 work. Keys are RSA 4096 like NVIDIA's (si
 once with gpg in batch mode (no passphrase) and kept in .cache/nodes/rpm-keys/.
 
 Packages and dependencies as NVIDIA's spec files declare them (nvidia-container-toolkit
-packaging/rpm/SPECS/nvidia-container-toolkit.spec at v1.17.8 / v1.18.0, libnvidia-container
+packaging/rpm/SPECS/nvidia-container-toolkit.spec at v1.17.8 / v1.18.0 (1.20.0 as 1.18.0), libnvidia-container
 pkg/rpm/SPECS/libnvidia-container.spec), built as the same two source packages:
   libnvidia-container-tools  Requires libnvidia-container1(x86-64) >= its V-R
   nvidia-container-toolkit   Requires nvidia-container-toolkit-base == its V-R,
-                             libnvidia-container-tools >= V-R (1.17.8) / == V-R (1.18.0), < 2.0.0
+                             libnvidia-container-tools >= V-R (1.17.8) / == V-R (1.18.0+), < 2.0.0
   nvidia-container-toolkit-operator-extensions  Requires nvidia-container-toolkit-base == its V-R
 plus NVIDIA's Provides/Obsoletes/Conflicts. So `dnf install nvidia-container-toolkit-1.17.8-1` alone
-pulls libnvidia-container-tools and libnvidia-container1 1.18.0: pin every package.
+pulls libnvidia-container-tools and libnvidia-container1 1.20.0 (the newest): pin every package.
 Deviations: no scriptlets (NVIDIA's %post/%posttrans need /bin/sh; an empty installroot has none), no
 automatic Requires (the stubs are /bin/sh scripts), and config.toml is packaged as %config(noreplace)
 instead of being written by -base's %post (`nvidia-ctk config`), so the files match the .deb stand-ins.
@@ -50,7 +50,7 @@ HERE = Path(__file__).resolve().parent
 CACHE = apt_repo.CACHE
 REPO_ROOT = CACHE / "rpm-repo"
 KEY_DIR = CACHE / "rpm-keys"
-VERSIONS = ("1.17.8-1", "1.18.0-1")
+VERSIONS = ("1.17.8-1", "1.18.0-1", "1.20.0-1")  # 1.20.0-1: the role's default pin
 REPOS = {"good": "good", "wrongkey": "other"}  # repo -> signing key
 DIST = "stable/rpm"
 NODE_MOUNT = "/srv/nvidia-rpm"

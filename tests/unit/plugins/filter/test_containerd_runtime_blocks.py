@@ -38,7 +38,7 @@ def test_runtime_info_result_input():
     ([{"name": "a.b", "binary": "/x"}], {}, "lowercase DNS label"),
     ([{"name": "a", "binary": "x"}], {}, "absolute path"),
     ([{"name": "a", "binary": "/x", "options": {"BinaryNam": "/y"}}], {}, "did you mean BinaryName"),
-    ([{"name": "a", "binary": "/x"}], {"schema": 4}, "schema must be 2 or 3"),
+    ([{"name": "a", "binary": "/x"}], {"schema": 5}, "schema must be one of 2, 3, 4"),
     ("text", {}, "expected a list of runtimes"),
     ({"plan": {"error": "boom"}}, {}, "boom"),
 ])

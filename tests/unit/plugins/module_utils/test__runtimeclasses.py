@@ -524,3 +524,12 @@ def test_schema_fallback_names_the_missing_minor():
     newest = bundled_minors()[-1]
     assert schema_minor("v1.99.0+k3s1") == (newest, "schema-%s-NEWEST-BUNDLED-no-1.99-schema" % newest)
     assert schema_minor("v1.33.10+rke2r1") == ("1.33", "schema-1.33")
+
+
+def test_a_newer_release_follows_the_policy_of_the_servers_reading():
+    newer = {"distribution": "k3s", "release": "v1.38.0+k3s1"}
+    with pytest.raises(rc.RuntimeClassPlanError, match="newer_release=assume_newest_known"):
+        rc.plan_runtimeclasses(newer, FLEET)
+    assumed = dict(newer, read_options={"newer_release": "assume_newest_known"})
+    assert rc.plan_runtimeclasses(assumed, FLEET)["shipped"] == rc.plan_runtimeclasses(
+        {"distribution": "k3s", "release": "v1.37.2+k3s1"}, FLEET)["shipped"]

@@ -79,3 +79,32 @@ def test_known_bad_release_warns(sandbox, capsys, monkeypatch):
 def test_containerd_runtimes_module_needs_its_action_plugin(capsys):
     result = run_module(containerd_runtimes, capsys, {})
     assert result["failed"] is True and "action plugin" in result["msg"]
+
+
+def test_newer_release_refused_by_default_naming_the_option(sandbox, capsys):
+    sandbox.k3s("k3s", "package")
+    result = run_module(runtime_info, capsys, {"root": sandbox.root, "release": "v1.38.0+k3s1"})
+    assert result["failed"] is True
+    assert "does not know yet" in result["msg"] and "newer_release=assume_newest_known" in result["msg"]
+
+
+def test_newer_release_assumed_with_a_warning(sandbox, capsys, monkeypatch):
+    warned = []
+    monkeypatch.setattr(runtime_info.AnsibleModule, "warn", lambda self, msg: warned.append(msg))
+    sandbox.k3s("k3s", "package")
+    args = {"root": sandbox.root, "release": "v1.38.0+k3s1", "newer_release": "assume_newest_known"}
+    result = run_module(runtime_info, capsys, args)
+    assert not result.get("failed") and result["read_options"]["newer_release"] == "assume_newest_known"
+    assert (result["profile"]["line"], result["profile"]["assumed_line"]) == ("1.38", "1.37")
+    assert result["plan"]["mode"] == "dropin" and [w["name"] for w in result["plan"]["write"]] == ["nvidia-legacy"]
+    assert len(warned) == 1 and "v1.38.0+k3s1" in warned[0] and "newest 1.37 release" in warned[0] and "Risk:" in warned[0]
+    # a known release: no warning, and the option is in the reading
+    warned.clear()
+    result = run_module(runtime_info, capsys, {"root": sandbox.root, "release": "v1.37.0+k3s1"})
+    assert warned == [] and result["read_options"]["newer_release"] == "refuse" and result["profile"]["assumed_line"] is None
+
+
+def test_newer_release_choices(sandbox, capsys):
+    sandbox.k3s("k3s", "package")
+    result = run_module(runtime_info, capsys, {"root": sandbox.root, "release": "v1.38.0+k3s1", "newer_release": "guess"})
+    assert result["failed"] is True and "value of newer_release must be one of: refuse, assume_newest_known" in result["msg"]
