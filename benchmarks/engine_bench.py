@@ -20,6 +20,7 @@ import tracemalloc
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _check_cache as check_cache
 
 RELEASE = "v1.31.6+k3s1"
 TEMPLATE = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
@@ -55,25 +56,28 @@ def make_node(root, template_text):
         handle.write(template_text)
 
 
-def one_node(root):
+def one_node(root, cache_dir=None):
     facts = detect.gather(root, "k3s", RELEASE, toolkit_dirs=[TOOLKIT])
-    plan, file_changes = changes.compute(facts, {})
+    # cache_dir: the run-wide verdicts of the template check, as the action plugin shares them between hosts;
+    # a new CheckCache per call is a new forked worker (nothing in memory, the verdict read from the file)
+    params = {"_check_cache": check_cache.CheckCache(cache_dir)} if cache_dir else {}
+    plan, file_changes = changes.compute(facts, params)
     return plan, file_changes
 
 
-def measure(label, root, iterations):
-    one_node(root)  # warm imports and caches
+def measure(label, root, iterations, cache_dir=None):
+    one_node(root, cache_dir)  # warm imports (and, with cache_dir, the run's verdict of this template)
     times = []
     for _round in range(iterations):
         start = time.perf_counter()
-        plan, file_changes = one_node(root)
+        plan, file_changes = one_node(root, cache_dir)
         times.append((time.perf_counter() - start) * 1000)
     tracemalloc.start()
-    one_node(root)
+    one_node(root, cache_dir)
     _current, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     times.sort()
-    print("%-34s median %6.2f ms  p90 %6.2f ms  min %6.2f ms  peak mem %5.0f KiB  (n=%d, written=%d, changed files=%d)" % (
+    print("%-42s median %6.2f ms  p90 %6.2f ms  min %6.2f ms  peak mem %5.0f KiB  (n=%d, written=%d, changed files=%d)" % (
         label, statistics.median(times), times[int(len(times) * 0.9)], times[0], peak / 1024, iterations,
         len(plan["write"]), len(file_changes)))
     return statistics.median(times)
@@ -81,21 +85,27 @@ def measure(label, root, iterations):
 
 def main():
     iterations = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+    lines = int(os.environ.get("ENGINE_TEMPLATE_LINES", "200"))
     root = tempfile.mkdtemp(prefix="k3s-gpu-bench-")
     try:
-        template = user_template(200)
-        assert template.count("\n") == 200
+        template = user_template(lines)
+        assert template.count("\n") == lines
         make_node(root, template)
-        print("engine benchmark: k3s %s, 200-line user template, 3 runtimes to write; python %s" % (
-            RELEASE, sys.version.split()[0]))
-        measure("first run (blocks appended)", root, iterations)
-        _plan, file_changes = one_node(root)
-        with open(root + TEMPLATE, "w") as handle:
-            handle.write(file_changes[0]["after"])
-        measure("steady state (nothing to change)", root, iterations)
-        with open(root + TEMPLATE, "w") as handle:
-            handle.write(file_changes[0]["after"].replace(TOOLKIT + "/nvidia-container-runtime.legacy", "/old/path"))
-        measure("update (one BinaryName in place)", root, iterations)
+        print("engine benchmark: k3s %s, %d-line user template, 3 runtimes to write; python %s" % (
+            RELEASE, lines, sys.version.split()[0]))
+        for label, cache_dir in (("cold", None), ("fleet", os.path.join(root, ".verdicts"))):
+            # cold: the template's check computed on every node; fleet: the second and later hosts of a run
+            # with the same template read its verdict from the run's shared directory
+            with open(root + TEMPLATE, "w") as handle:
+                handle.write(template)
+            measure("%s: first run (blocks appended)" % label, root, iterations, cache_dir)
+            _plan, file_changes = one_node(root)
+            with open(root + TEMPLATE, "w") as handle:
+                handle.write(file_changes[0]["after"])
+            measure("%s: steady state (nothing to change)" % label, root, iterations, cache_dir)
+            with open(root + TEMPLATE, "w") as handle:
+                handle.write(file_changes[0]["after"].replace(TOOLKIT + "/nvidia-container-runtime.legacy", "/old/path"))
+            measure("%s: update (one BinaryName in place)" % label, root, iterations, cache_dir)
     finally:
         shutil.rmtree(root)
 

@@ -17,6 +17,9 @@ description:
   - C(remove_operator_leftovers) lets host mode take back a node whose GPU Operator was uninstalled (its toolkit container
     leaves C(/usr/local/nvidia/toolkit) behind).
   - One call instead of one template per decision - on a fleet every templated expression is paid per host.
+  - Fails the host before anything is installed when the containerd template k3s/rke2 reads would break once the
+    toolkit install makes k3s detect C(nvidia) and C(nvidia-cdi), or cannot be rendered at all (see the outcome table
+    in docs/template-outcomes.md); the message names the file, the line, the cause and the fix.
   - Fails the host, with the fix, for a release known to break with NVIDIA runtimes, a driver install whose reboot policy
     could reboot the machine that runs Ansible (local connection), and two owners of one thing on one node - the GPU
     Operator's toolkit and the host's, the operator's driver and the role's, stale operator files while its toolkit is off.
@@ -59,13 +62,21 @@ _value:
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _gpu_operator as gpu_operator
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 
 
 def gpu_node_plan(info, settings, host=""):
     try:
-        return gpu_operator.plan_host(info, settings, host=host)
+        plan = gpu_operator.plan_host(info, settings, host=host)
     except (ValueError, KeyError, TypeError) as exc:
         raise AnsibleFilterError("gpu_node_plan: %s" % exc) from exc
+    if plan.get("selected") and (plan.get("mode") or {}).get("install_toolkit"):
+        # the install makes k3s detect nvidia/nvidia-cdi at its next start: a template that breaks then
+        # is refused now, before a package is installed
+        refusal = changes.refusal_before_install(info)
+        if refusal:
+            raise AnsibleFilterError("%s: the NVIDIA toolkit is not installed, because %s" % (host or "this host", refusal))
+    return plan
 
 
 class FilterModule:

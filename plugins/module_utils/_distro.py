@@ -22,9 +22,18 @@ RKE2 = "rke2"
 CONTAINERD = "containerd"
 DISTRIBUTIONS = (K3S, RKE2, CONTAINERD)
 
-# Release lines this collection knows, oldest first. Anything outside is refused, not guessed.
-KNOWN_LINES = ("1.28", "1.29", "1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
+# Release lines this collection knows, oldest first. A line outside is refused, not guessed; a line
+# NEWER than the last one may be taken as the newest known line when the user opts in
+# (newer_release=assume_newest_known, see NEWER_RELEASE_POLICIES), with a warning.
+KNOWN_LINES = ("1.28", "1.29", "1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36", "1.37")
 KNOWN_CONTAINERD_LINES = ("1.6", "1.7", "2.0", "2.1", "2.2", "2.3")
+
+# What to do with a release of a line newer than KNOWN_LINES / KNOWN_CONTAINERD_LINES (the modules'
+# newer_release option, the role's gpu_node_newer_release): refuse it (default), or read it as the
+# newest release of the newest known line and warn.
+NEWER_RELEASE_REFUSE = "refuse"
+NEWER_RELEASE_ASSUME = "assume_newest_known"
+NEWER_RELEASE_POLICIES = (NEWER_RELEASE_REFUSE, NEWER_RELEASE_ASSUME)
 
 ALL = "all"  # the feature is in every release of that line
 NEVER = None  # the feature is in no release of that line
@@ -69,15 +78,52 @@ FEATURES = {
         "*": ALL, "1.28": NEVER, "1.29": NEVER, "1.30": NEVER, "1.31": NEVER, "1.32": NEVER,
         "1.33": "v1.33.10", "1.34": "v1.34.6", "1.35": "v1.35.3",
     },
-    "containerd_2_3": {
-        "*": NEVER, "1.36": ALL,
-        "rke2": {"1.36": "v1.36.2"},
-    },
+    # containerd 2.3 (config `version = 4` readable): k3s v1.36.0/v1.36.1 embed 2.2.3, v1.36.2 bumps to
+    # 2.3.2 (#14254); rke2 v1.36.0/v1.36.1 2.2.3, v1.36.2 2.3.2 (go.mod at 5c95ec95); all of 1.37 2.3.4+
+    "containerd_2_3": {"*": NEVER, "1.36": "v1.36.2", "1.37": ALL},
     # base templates `imports` config-v3.toml.d/*.toml (and config.toml.d) (#13680); 1.32 unknown,
-    # so treated as absent (the template path works there too).
+    # so treated as absent (the template path works there too). 1.37: every release (no 1.37 note
+    # removes it; inferred, the 1.37 source could not be read).
     "dropin_imports": {
         "*": ALL, "1.28": NEVER, "1.29": NEVER, "1.30": NEVER, "1.31": NEVER, "1.32": NEVER,
         "1.33": "v1.33.10", "1.34": "v1.34.6", "1.35": "v1.35.3",
+    },
+    # --- fields and functions of the containerd template's data (TEMPLATE_FIELDS; docs/template-data.md)
+    # flannel settings moved from .NodeConfig.NoFlannel, .FlannelBackend, ... into .NodeConfig.Flannel.*
+    # (k3s efcf8eb7a, d582a0da8, Dec 2025; backports b9f1cc217, 3885b2e72; 1.33 from the facts, inferred):
+    # a template that reads .NodeConfig.NoFlannel stops rendering (`can't evaluate field NoFlannel`)
+    "template_flannel_moved": {
+        "*": ALL, "1.28": NEVER, "1.29": NEVER, "1.30": NEVER, "1.31": NEVER,
+        "1.32": "v1.32.11", "1.33": "v1.33.7", "1.34": "v1.34.3",
+    },
+    # .NodeConfig.AgentConfig.PrivateRegistry (a path) became .AgentConfig.Registry (wharfie), with
+    # .NoDefaultEndpoint and .NodeConfig.EmbeddedRegistry; deschemify on Linux from the same releases
+    "template_registry_v2": {"*": ALL, "1.28": "v1.28.6", "1.29": "v1.29.1"},
+    "template_func_deschemify": {"*": ALL, "1.28": "v1.28.6", "1.29": "v1.29.1"},
+    # toJson in the FuncMap with the unified template (containerd 2 releases)
+    "template_func_tojson": {"*": ALL, "1.28": NEVER, "1.29": NEVER, "1.30": NEVER, "1.31": "v1.31.6", "1.32": "v1.32.2"},
+    # filepathjoin: the March-2026 releases (1.32 only in an rke2 pin, so treated as absent there)
+    "template_func_filepathjoin": {
+        "*": ALL, "1.28": NEVER, "1.29": NEVER, "1.30": NEVER, "1.31": NEVER, "1.32": NEVER,
+        "1.33": "v1.33.10", "1.34": "v1.34.6", "1.35": "v1.35.3",
+    },
+    # .NodeConfig.Certificate removed (4946ae4a7, Jan 2025)
+    "template_certificate_removed": {"*": ALL, "1.28": NEVER, "1.29": "v1.29.13", "1.30": "v1.30.9", "1.31": "v1.31.5",
+                                     "1.32": "v1.32.1"},
+    # .NodeConfig.MultiClusterCIDR removed with 1.29
+    "template_multicluster_cidr_removed": {"*": ALL, "1.28": NEVER},
+    "template_image_service_endpoint": {"*": ALL, "1.28": "v1.28.3"},
+    "template_blockio_rdt": {"*": ALL, "1.28": "v1.28.4"},
+    # .AgentConfig.LogFile, VLevel, VModule, AlsoLogToStderr: 1.29 on (absent from the late 1.28 pins)
+    "template_agent_log_fields": {"*": ALL, "1.28": NEVER},
+    # .AgentConfig.CipherSuites, MinTLSVersion, .NodeConfig.EnablePProf, SupervisorMetrics, SupervisorPort
+    "template_tls_pprof_fields": {"*": ALL, "1.28": NEVER, "1.29": "v1.29.6", "1.30": "v1.30.2"},
+    # .AgentConfig.NodeExternalDNSs, NodeInternalDNSs
+    "template_node_dns_fields": {"*": ALL, "1.28": NEVER, "1.29": "v1.29.13", "1.30": "v1.30.9", "1.31": "v1.31.1"},
+    "template_kubelet_config_dir": {"*": ALL, "1.28": NEVER, "1.29": NEVER, "1.30": NEVER, "1.31": "v1.31.6"},
+    "template_cridockerd_debug": {
+        "*": ALL, "1.28": NEVER, "1.29": NEVER, "1.30": NEVER,
+        "1.31": "v1.31.13", "1.32": "v1.32.9", "1.33": "v1.33.5", "1.34": "v1.34.1",
     },
     # RuntimeClass objects shipped by the distribution: k3s manifests/runtimes.yaml (#8936);
     # rke2 chart rke2-runtimeclasses (rancher/rke2 #7382)
@@ -101,6 +147,13 @@ CONTAINERD_FEATURES = {
     # imported files merge plugin tables deeply only from 2.1; before, a plugin table in a
     # drop-in replaces the whole table of the main file
     "dropin_deep_merge": {"1.6": False, "1.7": False, "2.0": False, "*": True},
+    # the highest config `version` the line reads: 2 from 1.3, 3 from 2.0, 4 from 2.3 (containerd
+    # RELEASES.md @v2.3.4; ConfigVersion 4 in #12562). 2.0-2.2 refuse 4 ("expected containerd config
+    # version equal to or less than `3`, got `4`", checked with 2.2.7)
+    "config_version_max": {"1.6": 2, "1.7": 2, "2.0": 3, "2.1": 3, "2.2": 3, "*": 4},
+    # (2.3 also refuses to start when a drop-in declares a higher `version` than the root config,
+    # "drop-in config version N higher than root config version M", #12891, checked with 2.3.4: the
+    # plan gives a plain-containerd drop-in the root config's version, on every line.)
 }
 
 # --- runtimes k3s detects --------------------------------------------------------------------
@@ -210,6 +263,10 @@ HELM_CONTROLLER = {
              ("v1.34.10", "v0.16.26")),
     "1.35": (("v1.35.0", "v0.16.17"), ("v1.35.4", "v0.17.1"), ("v1.35.7", "v0.17.7")),
     "1.36": (("v1.36.0", "v0.17.1"), ("v1.36.3", "v0.17.7")),
+    # k3s-io/docs v1.37.X.md @5962ea1e, rke2-docs v1.37.X.md @9780f575: v1.37.0 v0.17.7, v1.37.1 v0.17.9.
+    # v1.37.2 bumps it again (#14814, version not read): v0.17.9 is assumed there (a newer controller
+    # only adds fields, so the fields assumed are all there).
+    "1.37": (("v1.37.0", "v0.17.7"), ("v1.37.1", "v0.17.9")),
 }
 # HelmChart spec fields by the helm-controller version that added them, per release branch (0.15,
 # 0.16 and 0.17 are released side by side; a branch not listed never had the field). A field the
@@ -243,7 +300,11 @@ RUNTIMECLASS_SOURCES = {
 
 # --- TOML table paths per schema ---------------------------------------------------------------
 
-CRI_RUNTIME_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+# Config version -> the CRI runtime plugin. Version 4 (containerd 2.3) moved only server settings
+# (grpc, ttrpc, debug, metrics) into plugins; the CRI paths are those of version 3 (containerd
+# docs/cri/config.md @v2.3.4), so schema 4 shares every v3 table path below.
+CRI_RUNTIME_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime", 4: "io.containerd.cri.v1.runtime"}
+CONFIG_VERSIONS = tuple(sorted(CRI_RUNTIME_PLUGIN))
 
 
 def cri_table(schema):
@@ -400,6 +461,10 @@ class Release:
         self.text = text.strip()
         self.key = (int(major), int(minor), int(patch), int(revision or 0))
         self.line = "%s.%s" % (major, minor)
+        # the line whose FEATURES rows apply: its own, or the newest known one when a newer line is
+        # assumed (parse_release with newer_release=assume_newest_known). Its key is above every
+        # threshold of that line, so it reads as the newest release of it.
+        self.table_line = self.line
 
     def at_least(self, threshold):
         other = _RELEASE_RE.match(threshold)
@@ -420,7 +485,7 @@ def _threshold(feature_row, distribution, line):
 
 
 def has_feature(release, feature):
-    threshold = _threshold(FEATURES[feature], release.distribution, release.line)
+    threshold = _threshold(FEATURES[feature], release.distribution, release.table_line)
     if threshold is ALL:
         return True
     if threshold is NEVER:
@@ -428,33 +493,72 @@ def has_feature(release, feature):
     return release.at_least(threshold)
 
 
-def parse_release(distribution, text):
-    """Parse and check a k3s/rke2 release; unknown or too-old lines are refused."""
+def _check_policy(newer_release):
+    if newer_release not in NEWER_RELEASE_POLICIES:
+        raise ReleaseError("newer_release must be one of %s, not %r" % (", ".join(NEWER_RELEASE_POLICIES), newer_release))
+
+
+def _line_key(line):
+    return tuple(int(x) for x in line.split("."))
+
+
+def parse_release(distribution, text, newer_release=NEWER_RELEASE_REFUSE):
+    """Parse and check a k3s/rke2 release; too-old lines are refused, newer ones per newer_release."""
+    _check_policy(newer_release)
     release = Release(distribution, text)
     if release.line not in KNOWN_LINES:
         oldest, newest = KNOWN_LINES[0], KNOWN_LINES[-1]
-        if release.key[:2] < tuple(int(x) for x in oldest.split(".")):
+        if release.key[:2] < _line_key(oldest):
             raise ReleaseError(
                 "%s %s is older than the oldest release line this collection supports (%s); "
                 "upgrade the node to %s or newer" % (distribution, text, oldest, oldest))
+        if release.key[:2] > _line_key(newest) and newer_release == NEWER_RELEASE_ASSUME:
+            release.table_line = newest
+            return release
         raise ReleaseError(
             "%s %s belongs to release line %s, which this collection does not know yet (it knows "
             "%s to %s); its containerd template and runtime detection may differ, so nothing is "
-            "guessed. Upgrade the collection, or pass release= with the closest known release "
-            "if you have checked that it behaves the same" % (distribution, text, release.line, oldest, newest))
+            "guessed. Upgrade the collection; or, after checking that %s behaves like %s, set "
+            "newer_release=assume_newest_known (role: gpu_node_newer_release) to proceed as on the "
+            "newest %s release with a warning; or pass release= with the closest known release" % (
+                distribution, text, release.line, oldest, newest, release.line, newest, newest))
     return release
 
 
-def parse_containerd_version(text):
+def newer_release_warning(what, text, line, assumed):
+    """The warning of an assumed line: the release, the line assumed, the risk."""
+    if what == CONTAINERD:
+        differs = "the config versions it reads, its CRI plugin paths or how it merges drop-ins"
+    else:
+        differs = ("its containerd template, the template data fields, runtime detection, or the embedded "
+                   "containerd and the config version it reads")
+    return ("%s %s belongs to line %s, newer than any this collection knows; newer_release="
+            "assume_newest_known: proceeding as on the newest %s release. Risk: %s may differ from %s in %s, "
+            "so a file written now can be ignored or keep containerd from starting. Check the node after "
+            "the restart, and upgrade the collection when it knows %s" % (
+                what, text, line, assumed, line, assumed, differs, line))
+
+
+def parse_containerd_version(text, newer_release=NEWER_RELEASE_REFUSE):
+    """The containerd line of a version ("2.1"); a newer line than known is refused or, when
+    newer_release=assume_newest_known, read as the newest known line (the caller warns)."""
+    _check_policy(newer_release)
     match = _CONTAINERD_RE.match(text.strip())
     if not match:
         raise ReleaseError("containerd version %r is not of the form 1.7.24 or v2.1.4" % (text,))
     major, minor, patch = (int(x) for x in match.groups())
     line = "%d.%d" % (major, minor)
     if line not in KNOWN_CONTAINERD_LINES:
+        newest = KNOWN_CONTAINERD_LINES[-1]
+        if (major, minor) > _line_key(newest) and newer_release == NEWER_RELEASE_ASSUME:
+            return newest
+        hint = ""
+        if (major, minor) > _line_key(newest):
+            hint = ("; or, after checking that %s behaves like %s, set newer_release=assume_newest_known "
+                    "(role: gpu_node_newer_release) to proceed as on containerd %s with a warning" % (line, newest, newest))
         raise ReleaseError(
-            "containerd %s (line %s) is outside the lines this collection knows (%s to %s)" % (
-                text, line, KNOWN_CONTAINERD_LINES[0], KNOWN_CONTAINERD_LINES[-1]))
+            "containerd %s (line %s) is outside the lines this collection knows (%s to %s)%s" % (
+                text, line, KNOWN_CONTAINERD_LINES[0], newest, hint))
     return line
 
 
@@ -471,17 +575,36 @@ def _release_containerd_line(release):
     return "1.7"
 
 
-def profile(distribution, release_text):
-    """Everything a release implies, as one plain dict (the view the rest of the engine uses)."""
+def newer_release_of(reading):
+    """The newer-release policy a runtime_info reading was made with (its read_options), else refuse:
+    a plan made from that reading follows the same policy."""
+    options = reading.get("read_options") if hasattr(reading, "get") else None
+    policy = (options or {}).get("newer_release") if hasattr(options or {}, "get") else None
+    return policy if policy in NEWER_RELEASE_POLICIES else NEWER_RELEASE_REFUSE
+
+
+def profile(distribution, release_text, newer_release=NEWER_RELEASE_REFUSE):
+    """Everything a release implies, as one plain dict (the view the rest of the engine uses).
+
+    A release of a line newer than the table is refused, or with newer_release=assume_newest_known
+    read as the newest known line: then `assumed_line` names that line and `assumed_warning` says
+    what is assumed and the risk (the modules warn with it). `schema` is the config version of a file
+    the collection creates; `config_version_max` the highest version the node's containerd reads.
+    """
     if distribution == CONTAINERD:
-        line = parse_containerd_version(release_text)
+        line = parse_containerd_version(release_text, newer_release)
+        real = "%d.%d" % tuple(int(x) for x in _CONTAINERD_RE.match(release_text.strip()).groups()[:2])
         major = int(line.split(".")[0])
+        assumed = line if real != line else None
         return {
             "distribution": CONTAINERD,
             "release": release_text,
-            "line": line,
+            "line": real,
+            "assumed_line": assumed,
+            "assumed_warning": newer_release_warning("containerd", release_text, real, assumed) if assumed else None,
             "containerd": line,
             "schema": 3 if major >= 2 else 2,
+            "config_version_max": _containerd_feature("config_version_max", line),
             "templates": [],
             "base_template": False,
             "dropin_imports": False,
@@ -495,7 +618,8 @@ def profile(distribution, release_text):
             "extra_runtime_systemd_cgroup": True,
             "known_bad": None,
         }
-    release = parse_release(distribution, release_text)
+    release = parse_release(distribution, release_text, newer_release)
+    assumed = release.table_line if release.table_line != release.line else None
     containerd_line = _release_containerd_line(release)
     containerd2 = containerd_line != "1.7"
     if has_feature(release, "service_path"):
@@ -522,8 +646,13 @@ def profile(distribution, release_text):
         "distribution": distribution,
         "release": release.text,
         "line": release.line,
+        "assumed_line": assumed,
+        "assumed_warning": newer_release_warning(distribution, release.text, release.line, assumed) if assumed else None,
         "containerd": containerd_line,
         "schema": 3 if containerd2 else 2,
+        # k3s/rke2 generate their config.toml with `version = 3` (2 before containerd 2) from every
+        # template (no k3s/rke2 template moved to 4 up to v1.37.2; inferred from release notes and hosts)
+        "config_version_max": _containerd_feature("config_version_max", containerd_line),
         "templates": [TEMPLATE_V3, TEMPLATE_V2] if containerd2 else [TEMPLATE_V2],
         "base_template": has_feature(release, "base_template"),
         "dropin_imports": has_feature(release, "dropin_imports"),
@@ -561,7 +690,7 @@ def helm_controller_version(profile):
         return None
     release = Release(profile["distribution"], profile["release"])
     found = None
-    for first, version in HELM_CONTROLLER[release.line]:
+    for first, version in HELM_CONTROLLER[profile.get("assumed_line") or release.line]:
         if release.at_least(first):
             found = version
     return found
@@ -574,3 +703,175 @@ def helmchart_spec_fields(profile):
     branch = "%d.%d" % (major, minor)
     return tuple(sorted(field for field, since in HELMCHART_SPEC_FIELDS.items()
                         if branch in since and patch >= since[branch]))
+
+
+# --- the containerd template's data (what a user template may read) -------------------------------
+# k3s renders the user's template with a templates.ContainerdConfig value (pkg/agent/templates). A
+# field a release does not have makes rendering fail (`can't evaluate field X in type ...`), so the
+# node's containerd does not start. (dotted path, type, FEATURES row that gates it: "row" = present
+# from the row's releases on, "!row" = gone from them on, None = every release). "closed-" structs
+# list every field (anything else is refused); other struct-typed fields are open (a field below them
+# is reported as unverified). Read from k3s's pkg/daemons/config and pkg/agent/templates at the k3s
+# commit each rke2 tag pins, 18 eras from v1.28.0 to the March-2026 releases; 1.36/1.37 are assumed
+# to be the March-2026 era (their source could not be read). Sources: docs/template-data.md.
+TEMPLATE_FIELDS = (
+    ("DisableCgroup", "bool", None),
+    ("EnableUnprivileged", "bool", None),
+    ("ExtraRuntimes", "map-runtime", None),
+    ("ExtraRuntimes.RuntimeType", "string", None),  # declaration order (toJson prints it so)
+    ("ExtraRuntimes.BinaryName", "string", None),
+    ("IsRunningInUserNS", "bool", None),
+    ("NoDefaultEndpoint", "bool", "template_registry_v2"),
+    ("NodeConfig", "closed-ptr-struct", None),
+    ("NonrootDevices", "bool", "nonroot_devices"),
+    ("PrivateRegistryConfig", "closed-ptr-struct", None),
+    ("Program", "string", None),
+    ("SystemdCgroup", "bool", None),
+    ("NodeConfig.AgentConfig", "closed-struct", None),
+    ("NodeConfig.CRIDockerd", "closed-struct", None),
+    ("NodeConfig.Certificate", "ptr-struct", "!template_certificate_removed"),
+    ("NodeConfig.ContainerRuntimeEndpoint", "string", None),
+    ("NodeConfig.Containerd", "closed-struct", None),
+    ("NodeConfig.DefaultRuntime", "string", "default_runtime"),
+    ("NodeConfig.Docker", "bool", None),
+    ("NodeConfig.EgressSelectorMode", "string", None),
+    ("NodeConfig.EmbeddedRegistry", "bool", "template_registry_v2"),
+    ("NodeConfig.EnablePProf", "bool", "template_tls_pprof_fields"),
+    ("NodeConfig.Flannel", "closed-struct", "template_flannel_moved"),
+    ("NodeConfig.FlannelBackend", "string", "!template_flannel_moved"),
+    ("NodeConfig.FlannelConfFile", "string", "!template_flannel_moved"),
+    ("NodeConfig.FlannelConfOverride", "bool", "!template_flannel_moved"),
+    ("NodeConfig.FlannelExternalIP", "bool", "!template_flannel_moved"),
+    ("NodeConfig.FlannelIPv6Masq", "bool", "!template_flannel_moved"),
+    ("NodeConfig.FlannelIface", "ptr-struct", "!template_flannel_moved"),
+    ("NodeConfig.ImageServiceEndpoint", "string", "template_image_service_endpoint"),
+    ("NodeConfig.Images", "string", None),
+    ("NodeConfig.MultiClusterCIDR", "bool", "!template_multicluster_cidr_removed"),
+    ("NodeConfig.NoFlannel", "bool", "!template_flannel_moved"),
+    ("NodeConfig.SELinux", "bool", None),
+    ("NodeConfig.ServerHTTPSPort", "int", None),
+    ("NodeConfig.SupervisorMetrics", "bool", "template_tls_pprof_fields"),
+    ("NodeConfig.SupervisorPort", "int", "template_tls_pprof_fields"),
+    ("NodeConfig.Token", "string", None),
+    ("PrivateRegistryConfig.Auths", "map", None),
+    ("PrivateRegistryConfig.Configs", "map", None),
+    ("PrivateRegistryConfig.Mirrors", "map", None),
+    ("NodeConfig.AgentConfig.AirgapExtraRegistry", "[]string", None),
+    ("NodeConfig.AgentConfig.AlsoLogToStderr", "bool", "template_agent_log_fields"),
+    ("NodeConfig.AgentConfig.CNIBinDir", "string", None),
+    ("NodeConfig.AgentConfig.CNIConfDir", "string", None),
+    ("NodeConfig.AgentConfig.CNIPlugin", "bool", None),
+    ("NodeConfig.AgentConfig.CipherSuites", "[]string", "template_tls_pprof_fields"),
+    ("NodeConfig.AgentConfig.ClientCA", "string", None),
+    ("NodeConfig.AgentConfig.ClientKubeletCert", "string", None),
+    ("NodeConfig.AgentConfig.ClientKubeletKey", "string", None),
+    ("NodeConfig.AgentConfig.ClusterCIDR", "ptr-struct", None),
+    ("NodeConfig.AgentConfig.ClusterCIDRs", "any", None),
+    ("NodeConfig.AgentConfig.ClusterDNS", "any", None),
+    ("NodeConfig.AgentConfig.ClusterDNSs", "any", None),
+    ("NodeConfig.AgentConfig.ClusterDomain", "string", None),
+    ("NodeConfig.AgentConfig.DisableCCM", "bool", None),
+    ("NodeConfig.AgentConfig.DisableNPC", "bool", None),
+    ("NodeConfig.AgentConfig.DisableServiceLB", "bool", None),
+    ("NodeConfig.AgentConfig.EnableIPv4", "bool", None),
+    ("NodeConfig.AgentConfig.EnableIPv6", "bool", None),
+    ("NodeConfig.AgentConfig.ExtraKubeProxyArgs", "[]string", None),
+    ("NodeConfig.AgentConfig.ExtraKubeletArgs", "[]string", None),
+    ("NodeConfig.AgentConfig.FlannelCniConfFile", "string", "!template_flannel_moved"),
+    ("NodeConfig.AgentConfig.IPSECPSK", "string", None),
+    ("NodeConfig.AgentConfig.ImageCredProvBinDir", "string", None),
+    ("NodeConfig.AgentConfig.ImageCredProvConfig", "string", None),
+    ("NodeConfig.AgentConfig.ImageServiceSocket", "string", None),
+    ("NodeConfig.AgentConfig.KubeConfigK3sController", "string", None),
+    ("NodeConfig.AgentConfig.KubeConfigKubeProxy", "string", None),
+    ("NodeConfig.AgentConfig.KubeConfigKubelet", "string", None),
+    ("NodeConfig.AgentConfig.KubeletConfigDir", "string", "template_kubelet_config_dir"),
+    ("NodeConfig.AgentConfig.ListenAddress", "string", None),
+    ("NodeConfig.AgentConfig.LogFile", "string", "template_agent_log_fields"),
+    ("NodeConfig.AgentConfig.MinTLSVersion", "string", "template_tls_pprof_fields"),
+    ("NodeConfig.AgentConfig.NodeConfigPath", "string", None),
+    ("NodeConfig.AgentConfig.NodeExternalDNSs", "[]string", "template_node_dns_fields"),
+    ("NodeConfig.AgentConfig.NodeExternalIP", "string", None),
+    ("NodeConfig.AgentConfig.NodeExternalIPs", "any", None),
+    ("NodeConfig.AgentConfig.NodeIP", "string", None),
+    ("NodeConfig.AgentConfig.NodeIPs", "any", None),
+    ("NodeConfig.AgentConfig.NodeInternalDNSs", "[]string", "template_node_dns_fields"),
+    ("NodeConfig.AgentConfig.NodeLabels", "[]string", None),
+    ("NodeConfig.AgentConfig.NodeName", "string", None),
+    ("NodeConfig.AgentConfig.NodeTaints", "[]string", None),
+    ("NodeConfig.AgentConfig.PauseImage", "string", None),
+    ("NodeConfig.AgentConfig.PodManifests", "string", None),
+    ("NodeConfig.AgentConfig.PrivateRegistry", "string", "!template_registry_v2"),
+    ("NodeConfig.AgentConfig.ProtectKernelDefaults", "bool", None),
+    ("NodeConfig.AgentConfig.Registry", "closed-ptr-struct", "template_registry_v2"),
+    ("NodeConfig.AgentConfig.ResolvConf", "string", None),
+    ("NodeConfig.AgentConfig.RootDir", "string", None),
+    ("NodeConfig.AgentConfig.Rootless", "bool", None),
+    ("NodeConfig.AgentConfig.RuntimeSocket", "string", None),
+    ("NodeConfig.AgentConfig.ServiceCIDR", "ptr-struct", None),
+    ("NodeConfig.AgentConfig.ServiceCIDRs", "any", None),
+    ("NodeConfig.AgentConfig.ServiceNodePortRange", "struct", None),
+    ("NodeConfig.AgentConfig.ServingKubeletCert", "string", None),
+    ("NodeConfig.AgentConfig.ServingKubeletKey", "string", None),
+    ("NodeConfig.AgentConfig.Snapshotter", "string", None),
+    ("NodeConfig.AgentConfig.SystemDefaultRegistry", "string", None),
+    ("NodeConfig.AgentConfig.Systemd", "bool", None),
+    ("NodeConfig.AgentConfig.VLevel", "int", "template_agent_log_fields"),
+    ("NodeConfig.AgentConfig.VModule", "string", "template_agent_log_fields"),
+    ("NodeConfig.CRIDockerd.Address", "string", None),
+    ("NodeConfig.CRIDockerd.Debug", "bool", "template_cridockerd_debug"),
+    ("NodeConfig.CRIDockerd.Root", "string", None),
+    ("NodeConfig.Containerd.Address", "string", None),
+    ("NodeConfig.Containerd.BlockIOConfig", "string", "template_blockio_rdt"),
+    ("NodeConfig.Containerd.Config", "string", None),
+    ("NodeConfig.Containerd.ConfigVersion", "int", "containerd_2_0"),
+    ("NodeConfig.Containerd.Debug", "bool", None),
+    ("NodeConfig.Containerd.Log", "string", None),
+    ("NodeConfig.Containerd.NoDefault", "bool", "template_registry_v2"),
+    ("NodeConfig.Containerd.NonrootDevices", "bool", "nonroot_devices"),
+    ("NodeConfig.Containerd.Opt", "string", None),
+    ("NodeConfig.Containerd.RDTConfig", "string", "template_blockio_rdt"),
+    ("NodeConfig.Containerd.Registry", "string", "template_registry_v2"),
+    ("NodeConfig.Containerd.Root", "string", None),
+    ("NodeConfig.Containerd.SELinux", "bool", None),
+    ("NodeConfig.Containerd.State", "string", None),
+    ("NodeConfig.Containerd.Template", "string", None),
+    ("NodeConfig.Flannel.Backend", "string", "template_flannel_moved"),
+    ("NodeConfig.Flannel.CNIConfFile", "string", "template_flannel_moved"),
+    ("NodeConfig.Flannel.ConfFile", "string", "template_flannel_moved"),
+    ("NodeConfig.Flannel.ConfOverride", "bool", "template_flannel_moved"),
+    ("NodeConfig.Flannel.ExternalIP", "bool", "template_flannel_moved"),
+    ("NodeConfig.Flannel.IPv6Masq", "bool", "template_flannel_moved"),
+    ("NodeConfig.Flannel.Iface", "ptr-struct", "template_flannel_moved"),
+    ("NodeConfig.AgentConfig.Registry.Auths", "map", "template_registry_v2"),
+    ("NodeConfig.AgentConfig.Registry.Configs", "map", "template_registry_v2"),
+    ("NodeConfig.AgentConfig.Registry.Mirrors", "map", "template_registry_v2"),
+)
+# k3s's FuncMap for the containerd template, by the FEATURES row that brings each function.
+TEMPLATE_FUNCS = (("deschemify", "template_func_deschemify"), ("toJson", "template_func_tojson"),
+                  ("filepathjoin", "template_func_filepathjoin"))
+# What most nodes have for fields the controller cannot know (a flag, a default): the first
+# rendering uses these, and every branch they decide is also rendered the other way.
+TEMPLATE_TYPICAL = {
+    "NodeConfig.AgentConfig.PauseImage": "rancher/mirrored-pause:3.6",
+    "NodeConfig.AgentConfig.Snapshotter": "overlayfs",
+    "NodeConfig.AgentConfig.CNIBinDir": "/var/lib/rancher/k3s/data/current/bin",
+    "NodeConfig.AgentConfig.CNIConfDir": "/var/lib/rancher/k3s/agent/etc/cni/net.d",
+    "NodeConfig.AgentConfig.NodeName": "node",
+    "NodeConfig.AgentConfig.Systemd": True,
+    "NodeConfig.Containerd.Address": "/run/k3s/containerd/containerd.sock",
+    "NodeConfig.Containerd.Root": "/var/lib/rancher/k3s/agent/containerd",
+    "NodeConfig.Containerd.State": "/run/k3s/containerd",
+    "NodeConfig.Containerd.Opt": "/var/lib/rancher/k3s/agent/containerd",
+    "NodeConfig.Containerd.Registry": "/var/lib/rancher/k3s/agent/etc/containerd/certs.d",
+    "NodeConfig.Containerd.SELinux": False,
+    "NodeConfig.Containerd.Debug": False,
+    "NodeConfig.SELinux": False,
+    "NodeConfig.NoFlannel": False,
+    "NodeConfig.Flannel.Backend": "vxlan",
+    "DisableCgroup": False,
+    "IsRunningInUserNS": False,
+    "EnableUnprivileged": True,
+    "NoDefaultEndpoint": False,
+    "NonrootDevices": False,
+}

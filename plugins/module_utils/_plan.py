@@ -139,7 +139,13 @@ def _select_containerd(facts, path):
 
 
 def _config_schema(info, profile):
-    """Schema of an existing plain containerd config (its `version` line), else the release's."""
+    """Schema of an existing plain containerd config (its `version` line), else the release's.
+
+    The file's own version is kept: a drop-in next to it gets the same version (containerd 2.3
+    refuses a drop-in whose `version` is above the root config's, #12891), and an edited file keeps
+    its `version` line. Version 4 (containerd 2.3+) uses the CRI paths of 3. A version the node's
+    containerd cannot read is refused.
+    """
     if info.get("state") != "file" or not (info.get("content") or "").strip():
         return profile["schema"]
     version = info.get("version_line")
@@ -149,7 +155,16 @@ def _config_schema(info, profile):
                             "and would ignore the runtime tables. Add `version = %d` at the top (after "
                             "checking the file against that schema)" % (info["path"], profile["schema"]))
         return profile["schema"]
-    if version not in (2, 3) or (version == 3 and profile["schema"] == 2):
+    highest = profile.get("config_version_max") or profile["schema"]
+    if version == 4 and highest == 3:
+        # containerd 2.0-2.2 (message checked with 2.2.7)
+        raise PlanError(
+            "%s declares `version = 4`, which containerd %s cannot read: it refuses to start (\"expected "
+            "containerd config version equal to or less than `3`, got `4`\"); version 4 came with containerd "
+            "2.3. Nothing was changed. Write the file as version 3 (the CRI runtime tables keep their paths; "
+            "the [grpc], [ttrpc], [debug] and [metrics] settings move back from the io.containerd.server.v1.* "
+            "plugin tables to the top level), or upgrade containerd to 2.3" % (info["path"], profile["containerd"]))
+    if version not in distro.CONFIG_VERSIONS or version > highest:
         raise PlanError("%s declares `version = %d`, which containerd %s does not read; use version = %d" % (
             info["path"], version, profile["containerd"], profile["schema"]))
     return version
@@ -179,8 +194,9 @@ def _select_override(facts, path, schema):
             schema = 3
     else:
         mode = MODE_CONFIG
-        if info.get("version_line") in (2, 3):
-            schema = info["version_line"]
+        if info.get("version_line") is not None and info["state"] == "file":
+            # the file's own version, if the node reads it (4 only on containerd 2.3+)
+            schema = _config_schema(info, facts["profile"])
     return {"mode": mode, "path": path, "schema": schema, "key": "override",
             "template": "override" if mode == MODE_TEMPLATE else None, "reason": "path= given"}
 
@@ -193,7 +209,9 @@ def release_renders(facts, target):
         return {}
     runtimes = dict((r["name"], r) for r in facts["release_runtimes"])
     if target["mode"] == MODE_TEMPLATE and target.get("template"):
-        text = _file_text(facts, target["template"]) or ""
+        text = _file_text(facts, target["template"])
+        if text is None:
+            return runtimes  # a template this module creates starts with the base include
         if not includes_base(text) and ".ExtraRuntimes" not in text:
             return {}  # a frozen template that does not range over the detected runtimes
     return runtimes

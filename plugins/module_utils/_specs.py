@@ -15,6 +15,8 @@ NODE_OPTIONS = dict(
     release=dict(type="str"),
     data_dir=dict(type="path"),
     toolkit_dirs=dict(type="list", elements="path", default=[]),
+    # a release of a line newer than the feature table: refuse, or proceed on the newest known line
+    newer_release=dict(type="str", default="refuse", choices=["refuse", "assume_newest_known"]),
 )
 
 RUNTIME_INFO_SPEC = dict(
@@ -43,6 +45,8 @@ CONTAINERD_RUNTIMES_SPEC = dict(
     path=dict(type="path"),
     validate=dict(type="str"),
     backup=dict(type="bool", default=False),
+    target_release=dict(type="str"),
+    normalize_encoding=dict(type="bool", default=False),
 )
 
 # k3s_gpu.nvidia.node_files: one entry per file

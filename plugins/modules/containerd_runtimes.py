@@ -24,6 +24,9 @@ description:
     before), created as C({{ template \"base\" . }}) plus only the missing tables, or edited in place
     keeping every byte outside the tables it manages; on plain containerd C(/etc/containerd/config.toml),
     or a drop-in in C(/etc/containerd/conf.d/) where the config imports it and containerd merges deeply (2.1+)."
+  - "Plain containerd: the config keeps its own C(version) - V(4) on containerd 2.3 and newer (same CRI runtime tables as
+    V(3)), refused on a containerd that cannot read it (2.2 and older) - and a drop-in declares the root config's
+    version, never a higher one (containerd 2.3 refuses to start then). A config this module creates says V(3) on containerd 2."
   - The default runtime goes to C(/etc/rancher/<k3s|rke2>/config.yaml.d/) as C(default-runtime) when the release
     detects that runtime, else to C(default_runtime_name) in the containerd config where that is safe.
   - TOML is parsed and rendered on the controller (the node needs only Python's standard library); every
@@ -78,6 +81,17 @@ options:
       - k3s/rke2 release such as V(v1.31.6+k3s1), or the containerd version for plain containerd.
         Default - ask the installed binary (needs O(root=/)).
     type: str
+  newer_release:
+    description:
+      - What to do with a release of a line newer than the collection knows (k3s/rke2 after 1.37, containerd after 2.3);
+        see O(k3s_gpu.nvidia.runtime_info#module:newer_release).
+      - V(refuse) fails naming this option, nothing written. V(assume_newest_known) plans as on the newest release of the
+        newest known line and warns with the release, the line assumed and the risk.
+      - A registered M(k3s_gpu.nvidia.runtime_info) result given as O(node_facts) is used only when it was read with
+        the same value (else the node is read again).
+    type: str
+    default: refuse
+    choices: [refuse, assume_newest_known]
   data_dir:
     description: k3s/rke2 data directory; default from C(config.yaml) or the distribution's default.
     type: path
@@ -158,7 +172,30 @@ options:
     description: Keep a timestamped copy of a file before changing or removing it.
     type: bool
     default: false
+  target_release:
+    description:
+      - The k3s/rke2 release the node is about to get. The template k3s reads is also rendered for that release (its
+        template fields and functions, what its base emits) and what would break there is returned in
+        RV(upgrade_findings), each with the line and the fix. Nothing is refused for it.
+      - The playbook C(k3s_gpu.nvidia.upgrade_check) runs this read-only over a fleet.
+    type: str
+  normalize_encoding:
+    description:
+      - A template saved with a UTF-8 byte order mark or CR (Windows) line endings is refused by default, naming the
+        encoding problem, and never re-encoded silently.
+      - V(true) opts in to writing it back without the byte order mark and with LF line endings (also when the task
+        writes only a drop-in). Invalid UTF-8 and NUL bytes are refused either way.
+    type: bool
+    default: false
 notes:
+  - "Before anything is written, the template k3s/rke2 reads (also on releases where the task writes only a drop-in)
+    is rendered the way k3s renders it - a model of Go's text/template with the release's template fields and
+    functions, and the release's base for what the node detects and the flags in use; both sides of a condition that
+    cannot be decided on the controller. The rendered config is then checked as containerd reads it, for the node as
+    it is and as it will be once the NVIDIA toolkit packages are installed (k3s then detects C(nvidia) and
+    C(nvidia-cdi)). What breaks the node is refused with the file, the line, the cause and the fix, and nothing is
+    written; what loses k3s settings or is ignored is a warning. The outcome of every finding is in
+    docs/template-outcomes.md; RV(template_findings) lists them."
   - k3s and rke2 read templates and drop-ins at start; restart the k3s/rke2 service when the task reports a change (the
     role C(k3s_gpu.nvidia.gpu_node) does that in a handler).
   - O(mode) defaults to V(0600) for files this module creates.
@@ -256,6 +293,36 @@ facts_source:
   sample: node_facts
 notes:
   description: Decisions worth knowing (a drop-in overriding a rendered block, a runc block added, a setting already the default).
+  returned: always
+  type: list
+  elements: str
+  sample: []
+template_outcome:
+  description: V(edit), V(warn) or V(refuse) for the template k3s/rke2 reads (null when there is none, and on plain containerd).
+  returned: always
+  type: str
+  sample: warn
+template_findings:
+  description: What the check of that template found - code (docs/template-outcomes.md), severity, line, message, fix, and
+    when (V(now), V(after_install) or V(upgrade)). Warnings are also shown as task warnings.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - code: no_base
+      severity: warn
+      line: 0
+      when: now
+      message: the template never includes {{ template "base" . }} ...
+      fix: start the file with {{ template "base" . }} and keep only your own tables
+upgrade_findings:
+  description: The findings for O(target_release) only (empty without it).
+  returned: always
+  type: list
+  elements: dict
+  sample: []
+upgrade_messages:
+  description: The same findings as one line each - the file, the line, the cause, the code and the fix.
   returned: always
   type: list
   elements: str

@@ -18,6 +18,7 @@ from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as template_check
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 
 # owner/group/mode/SELinux options of the task, passed on to every file it writes
@@ -66,8 +67,15 @@ def compute(facts, params):
     profile = facts["profile"]
     info = facts["files"].get(target["key"]) or {}
     current = info.get("content") if info.get("state") == "file" else None
+    reader = _template_reader(facts, plan, params)
+    if reader is not None and reader.normalized is not None and target["mode"] == planner.MODE_TEMPLATE:
+        current = reader.normalized  # opted in: the edit starts from the clean text (BOM and CR removed)
     after = toml.apply_plan(current, plan, target["path"], target["mode"] == planner.MODE_TEMPLATE, profile)
+    _check_rendered(facts, plan, params, reader, current, after)
     changes = [_change(facts, target["key"], target["path"], after, "target")]
+    if reader is not None and reader.normalized is not None and target["mode"] != planner.MODE_TEMPLATE:
+        key = target["template"]
+        changes.append(_change(facts, key, facts["files"][key]["path"], reader.normalized, "template"))
     for key in _OWN_DROPINS + _TEMPLATES:
         if key == target["key"] or key not in facts["files"]:
             continue
@@ -106,6 +114,127 @@ def compute(facts, params):
     return plan, changes
 
 
+# template findings that make the current text unusable as the start of an edit
+_BEFORE_EDIT = ("encoding_bom", "encoding_crlf", "encoding_nul", "encoding_utf8", "empty", "parse_error",
+                "unknown_function", "unknown_template")
+
+
+def _template_path(facts, key):
+    return (facts["files"].get(key) or {}).get("path") or facts["paths"].get(key) or key
+
+
+def _flag_default_runtime(facts, plan):
+    """The default runtime k3s passes to its base after the next start (config.yaml(.d) or the unit)."""
+    default = plan.get("default_runtime") or {}
+    if default.get("how") == "config_yaml":
+        return default["name"]
+    current = facts.get("default_runtime") or {}
+    if current.get("source") == facts["paths"].get("default_runtime_file") and (default or plan["state"] == "absent"):
+        return None  # our own file, rewritten without it (the default goes into TOML) or removed
+    return current.get("value")
+
+
+def _check_args(facts, params):
+    target_release = params.get("target_release")
+    if not target_release:
+        return None
+    if facts["distribution"] == distro.CONTAINERD:
+        raise planner.PlanError("target_release is for k3s and rke2 nodes (their templates change with the release); "
+                                "this node runs plain containerd")
+    try:
+        return distro.profile(facts["distribution"], target_release,
+                              params.get("newer_release") or distro.NEWER_RELEASE_REFUSE)
+    except distro.ReleaseError as exc:
+        raise planner.PlanError("target_release: %s" % exc)
+
+
+def _template_reader(facts, plan, params):
+    """Check the template k3s/rke2 reads as it is now: refuse what breaks the node before anything is
+    decided on top of it. Returns the report (None: no template, or plain containerd)."""
+    if facts["distribution"] == distro.CONTAINERD:
+        return None
+    target = plan["target"]
+    key = target.get("template")
+    info = facts["files"].get(key) if key else None
+    if not info or info.get("state") != "file" or info.get("content") is None:
+        return None
+    schema = distro.schema_of_template(info["path"].rsplit("/", 1)[-1]) if key != "override" else target["schema"]
+    edit_in_place = target["mode"] == planner.MODE_TEMPLATE and target["key"] == key
+    # a template edited in place is checked whole once, as it will be written (_check_rendered)
+    report = template_check.check(info["content"], info["path"], facts, schema,
+                                  default_runtime=_flag_default_runtime(facts, plan),
+                                  target_profile=_check_args(facts, params),
+                                  normalize=bool(params.get("normalize_encoding")), light=edit_in_place,
+                                  cache=params.get("_check_cache"))
+    report.schema = schema
+    _record(plan, report)
+    blocking = report.refusals if not edit_in_place else [f for f in report.refusals if f.code in _BEFORE_EDIT]
+    if blocking:
+        raise toml.TomlEditError(_refusal(report, blocking))
+    if report.normalized is not None:
+        plan["notes"].append("%s: normalized the encoding (byte order mark / CR line endings removed), as "
+                             "normalize_encoding asks" % info["path"])
+    return report
+
+
+def refusal_before_install(facts):
+    """Why the template k3s/rke2 reads must stop a toolkit install (None: it may go ahead).
+
+    Refuses what the install itself would break (a duplicate once nvidia is detected) and a template
+    that cannot be rendered or edited at all; what containerd_runtimes fixes with its own edit is left
+    to it."""
+    if facts.get("distribution") == distro.CONTAINERD or not facts.get("files"):
+        return None
+    try:
+        target = planner.select_target(facts)
+    except planner.PlanError:
+        return None  # containerd_runtimes reports it with its own options
+    key = target.get("template")
+    info = facts["files"].get(key) if key else None
+    if not info or info.get("state") != "file" or info.get("content") is None:
+        return None
+    schema = distro.schema_of_template(info["path"].rsplit("/", 1)[-1])
+    report = template_check.check(info["content"], info["path"], facts, schema,
+                                  default_runtime=(facts.get("default_runtime") or {}).get("value"))
+    edited = target["mode"] == planner.MODE_TEMPLATE
+    blocking = [f for f in report.refusals
+                if f.when == template_check.AFTER_INSTALL or not edited or f.code in _BEFORE_EDIT]
+    return _refusal(report, blocking) if blocking else None
+
+
+def _check_rendered(facts, plan, params, reader, before, after):
+    """The template we are about to write, rendered for the node now, after the toolkit install and on
+    target_release: refuse anything that would break it (nothing is written then)."""
+    target = plan["target"]
+    if facts["distribution"] == distro.CONTAINERD or target["mode"] != planner.MODE_TEMPLATE or after is None:
+        return
+    schema = target["schema"] if reader is None else reader.schema
+    report = template_check.check(after, target["path"], facts, schema, default_runtime=_flag_default_runtime(facts, plan),
+                                  target_profile=_check_args(facts, params), ours={r["name"] for r in plan["write"]},
+                                  cache=params.get("_check_cache"))
+    _record(plan, report, replace=True)
+    _raise_if_refused(report)
+
+
+def _raise_if_refused(report):
+    if report.refusals:
+        raise toml.TomlEditError(_refusal(report, report.refusals))
+
+
+def _refusal(report, findings):
+    return "%s. Nothing was written" % "; ".join(f.text(report.path) for f in findings)
+
+
+def _record(plan, report, replace=False):
+    findings = [f.as_dict() for f in report.findings]
+    if replace or "template_findings" not in plan:
+        plan["template_findings"] = findings
+    plan["template_outcome"] = report.outcome
+    plan["upgrade_findings"] = [f.as_dict() for f in report.upgrade]
+    plan["upgrade_messages"] = [f.text(report.path) for f in report.upgrade]
+    plan["warnings"] = [f.text(report.path) for f in report.warnings + report.upgrade]
+
+
 def result_fields(facts, plan):
     return {
         "distribution": facts["distribution"],
@@ -119,6 +248,10 @@ def result_fields(facts, plan):
         "default_runtime": plan["default_runtime"],
         "node_labels": plan.get("node_labels"),
         "notes": plan["notes"],
+        "template_outcome": plan.get("template_outcome"),
+        "template_findings": plan.get("template_findings") or [],
+        "upgrade_findings": plan.get("upgrade_findings") or [],
+        "upgrade_messages": plan.get("upgrade_messages") or [],
     }
 
 

@@ -406,7 +406,8 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None):
         if table.path not in reserved:
             continue
         name = _runtime_name_of(schema, table.path)
-        if name in managed and name not in [r["name"] for r in plan["write"]]:
+        if name in managed and name not in [r["name"] for r in plan["write"]] and _only_our_keys(lines, table):
+            # a block this module wrote while k3s did not detect the runtime: k3s renders it now
             _check_no_template_lines(lines, table, file_path)
             edit.replace(table.start, table.content_end, [])
             removed_for_base.append(name)
@@ -415,7 +416,8 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None):
             "%s: line %d: [%s] is already emitted by the base template of %s %s, so containerd would "
             "refuse the config (`table already exists`) and k3s would restart in a loop. Remove that "
             "table from the template (a drop-in or default-runtime: in config.yaml is the way to change "
-            "it)" % (file_path, table.start + 1, _key_text(table.path), profile["distribution"], profile["release"]))
+            "it); nothing was written" % (file_path, table.start + 1, _key_text(table.path), profile["distribution"],
+                                          profile["release"]))
     plan["removed_for_base"] = sorted(set(removed_for_base))
     systemd_default = _runc_systemd_cgroup(data, schema) if profile["distribution"] == distro.CONTAINERD else None
     if plan["state"] == "absent":
@@ -448,6 +450,10 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None):
             if existing is None:
                 blocks.extend(items)
                 continue
+            # a key the template sets with an action (`SystemdCgroup = {{ .SystemdCgroup }}`) is the user's:
+            # k3s renders it, so it is neither compared nor set a second time
+            templated = _templated_keys(lines, tables, originals)
+            items = [(p, dict((k, v) for k, v in values.items() if (p, k) not in templated)) for p, values in items]
             if all(_get(data, p) is not None and all(_same(_get(data, p + (k,)), v) for k, v in values.items())
                    for p, values in items):
                 continue
@@ -485,6 +491,34 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None):
     if created_by_us and _only_scaffolding(new_masked, is_template):
         return None
     return unmask_template(new_masked, originals)
+
+
+_TEMPLATED_KEY = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_-]+)\s*=""")
+
+
+def _templated_keys(lines, tables, originals):
+    """(table path, key) of every `key = <action>` line, by the table it sits in."""
+    found = set()
+    for table in tables:
+        for number in range(table.start + 1, table.end):
+            match = _PLACEHOLDER_RE.match(lines[number])
+            if match:
+                key = _TEMPLATED_KEY.match(originals[int(match.group(1))])
+                if key:
+                    found.add((table.path, key.group(1).strip("\"'")))
+    return found
+
+
+_OUR_KEYS = {"runtime_type", "BinaryName", "SystemdCgroup"}
+
+
+def _only_our_keys(lines, table):
+    """Whether a runtime table holds only the keys this module writes (so removing it loses nothing)."""
+    try:
+        data = tomllib.loads("\n".join(lines[table.start + 1:table.content_end]))
+    except tomllib.TOMLDecodeError:
+        return False
+    return set(data) <= _OUR_KEYS
 
 
 def _same(current, wanted):

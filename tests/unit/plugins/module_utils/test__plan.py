@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import tomllib
+
 import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
@@ -201,3 +203,138 @@ def test_runtime_info_plan_summary(sandbox):
     summary = planner.summarize(planner.make_plan(facts))
     assert summary["mode"] == "template" and [w["name"] for w in summary["write"]] == ["nvidia-legacy"]
     assert sorted(s["name"] for s in summary["skip"]) == ["nvidia", "nvidia-cdi"]
+
+
+# --- plain containerd config `version = 4` (containerd 2.3) ------------------------------------------
+
+NVIDIA = "/usr/bin/nvidia-container-runtime"
+V3_RUNTIMES = "plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes"
+# what `containerd config migrate` of 2.3 writes, cut down: server settings in plugins, CRI paths as in v3
+V4_CONFIG = ("version = 4\n"
+             "imports = [\"/etc/containerd/conf.d/*.toml\"]\n\n"
+             "[plugins.'io.containerd.server.v1.grpc']\n  address = \"/run/containerd/containerd.sock\"\n\n"
+             "[%s.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n\n"
+             "[%s.runc.options]\n  SystemdCgroup = true\n") % (V3_RUNTIMES, V3_RUNTIMES)
+
+
+def containerd_node(sandbox, config=None):
+    sandbox.binary("/usr/bin/containerd")
+    sandbox.binary(NVIDIA)
+    if config is not None:
+        sandbox.write("/etc/containerd/config.toml", config)
+    return sandbox
+
+
+def plain(sandbox, version, **params):
+    facts = detect.gather(sandbox.root, "containerd", version, path=params.get("path"))
+    return changes.compute(facts, params)
+
+
+def test_v4_config_edited_stays_v4(sandbox):
+    no_imports = V4_CONFIG.replace('imports = ["/etc/containerd/conf.d/*.toml"]\n', "")
+    containerd_node(sandbox, no_imports)
+    plan, file_changes = plain(sandbox, "2.3.4")
+    assert (plan["target"]["mode"], plan["target"]["schema"]) == ("config", 4)
+    [change] = file_changes
+    after = change["after"]
+    assert change["node_path"] == "/etc/containerd/config.toml" and after.startswith(no_imports)  # every byte kept
+    assert after.splitlines()[0] == "version = 4" and after.count("version =") == 1
+    data = tomllib.loads(after)
+    nvidia = data["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["nvidia"]
+    assert nvidia == {"runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": NVIDIA, "SystemdCgroup": True}}
+    assert "io.containerd.grpc.v1.cri" not in data["plugins"]  # never the v2 path
+    sandbox.write("/etc/containerd/config.toml", after)
+    assert plain(sandbox, "2.3.4")[1] == []  # second run: nothing
+
+
+def test_v4_config_removal_keeps_v4(sandbox):
+    containerd_node(sandbox, V4_CONFIG.replace('imports = ["/etc/containerd/conf.d/*.toml"]\n', ""))
+    _plan, [change] = plain(sandbox, "2.3.4")
+    sandbox.write("/etc/containerd/config.toml", change["after"])
+    _plan, [removed] = plain(sandbox, "2.3.4", state="absent")
+    assert removed["after"].splitlines()[0] == "version = 4" and "nvidia" not in removed["after"]
+
+
+@pytest.mark.parametrize("version", ["2.2.7", "2.1.9", "2.0.5"])
+def test_v4_config_on_a_node_that_cannot_read_it_is_refused(sandbox, version):
+    containerd_node(sandbox, V4_CONFIG)
+    before = sandbox.snapshot()
+    with pytest.raises(planner.PlanError) as info:
+        plain(sandbox, version)
+    message = str(info.value)
+    assert "/etc/containerd/config.toml declares `version = 4`" in message
+    assert "containerd %s cannot read" % version[:3] in message
+    assert "expected containerd config version equal to or less than `3`, got `4`" in message
+    assert "Nothing was changed" in message and "upgrade containerd to 2.3" in message
+    assert sandbox.snapshot() == before
+    # runtime_info reports it as the plan's error instead of failing
+    facts = detect.gather(sandbox.root, "containerd", version)
+    with pytest.raises(planner.PlanError, match="version = 4"):
+        planner.make_plan(facts)
+
+
+@pytest.mark.parametrize("version,config_version", [("1.7.24", 3), ("1.7.24", 4), ("2.3.4", 5), ("2.3.4", 1)])
+def test_other_unreadable_versions_are_refused(sandbox, version, config_version):
+    containerd_node(sandbox, "version = %d\n[plugins.x]\n  a = 1\n" % config_version)
+    with pytest.raises(planner.PlanError, match=r"declares `version = %d`, which containerd %s" % (config_version, version[:3])):
+        plain(sandbox, version)
+
+
+@pytest.mark.parametrize("root_version,plugin", [
+    (4, "io.containerd.cri.v1.runtime"), (3, "io.containerd.cri.v1.runtime"), (2, "io.containerd.grpc.v1.cri")])
+def test_dropin_declares_the_root_config_version(sandbox, root_version, plugin):
+    """containerd 2.3 refuses a drop-in whose version is above the root's (#12891): ours is never above it."""
+    root = {4: V4_CONFIG,
+            3: 'version = 3\nimports = ["/etc/containerd/conf.d/*.toml"]\n',
+            2: 'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'}[root_version]
+    containerd_node(sandbox, root)
+    plan, [change] = plain(sandbox, "2.3.4")
+    assert (plan["target"]["mode"], plan["target"]["schema"]) == ("dropin", root_version)
+    assert change["node_path"] == "/etc/containerd/conf.d/50-k3s-gpu-nvidia.toml"
+    data = tomllib.loads(change["after"])
+    assert data["version"] == root_version
+    assert data["plugins"][plugin]["containerd"]["runtimes"]["nvidia"]["options"]["BinaryName"] == NVIDIA
+
+
+def test_dropin_written_at_4_earlier_follows_a_root_now_at_3(sandbox):
+    """A drop-in of ours (or nvidia-ctk 1.19's pattern) at 4 under a v3 root stops containerd 2.3: rewritten at 3."""
+    containerd_node(sandbox, 'version = 3\nimports = ["/etc/containerd/conf.d/*.toml"]\n')
+    sandbox.write("/etc/containerd/conf.d/50-k3s-gpu-nvidia.toml",
+                  toml.MANAGED_HEADER + "\nversion = 4\n\n[%s.nvidia]\n  runtime_type = \"io.containerd.runc.v2\"\n" % V3_RUNTIMES)
+    _plan, [change] = plain(sandbox, "2.3.4")
+    assert tomllib.loads(change["after"])["version"] == 3
+
+
+def test_dropin_path_override_follows_the_root(sandbox):
+    containerd_node(sandbox, V4_CONFIG)
+    plan, [change] = plain(sandbox, "2.3.4", path="/etc/containerd/conf.d/99-nvidia.toml")
+    assert (plan["target"]["mode"], plan["target"]["schema"]) == ("dropin", 4)
+    assert tomllib.loads(change["after"])["version"] == 4
+    containerd_node(sandbox, 'version = 3\nimports = ["/etc/containerd/conf.d/*.toml"]\n')
+    _plan, [change] = plain(sandbox, "2.3.4", path="/etc/containerd/conf.d/99-nvidia.toml")
+    assert tomllib.loads(change["after"])["version"] == 3
+
+
+def test_config_path_override_at_4(sandbox):
+    containerd_node(sandbox)
+    sandbox.write("/etc/containerd/other.toml", V4_CONFIG)
+    plan, [change] = plain(sandbox, "2.3.4", path="/etc/containerd/other.toml")
+    assert (plan["target"]["mode"], plan["target"]["schema"]) == ("config", 4)
+    assert change["after"].startswith(V4_CONFIG)
+    with pytest.raises(planner.PlanError, match="declares `version = 4`, which containerd 2.2 cannot read"):
+        plain(sandbox, "2.2.7", path="/etc/containerd/other.toml")
+
+
+def test_new_config_on_containerd_23_is_version_3(sandbox):
+    containerd_node(sandbox)
+    plan, [change] = plain(sandbox, "2.3.4")
+    assert plan["target"]["schema"] == 3 and tomllib.loads(change["after"])["version"] == 3
+
+
+def test_k3s_dropin_stays_3_on_containerd_23_releases(sandbox):
+    """k3s/rke2 generate config.toml at version 3 on 1.36.2+/1.37 (containerd 2.3): their drop-in says 3."""
+    sandbox.k3s("k3s", "package")
+    for release in ("v1.36.2+k3s1", "v1.37.2+k3s1"):
+        plan, file_changes = run(sandbox, release)
+        assert (plan["target"]["mode"], plan["target"]["schema"]) == ("dropin", 3)
+        assert tomllib.loads(file_changes[0]["after"])["version"] == 3

@@ -212,7 +212,7 @@ def test_plain_containerd_dropin_when_imported_and_deep_merge(sandbox):
 
 BAD_INPUT = [
     ("malformed", "version = 3\n[plugins\n", "line 2"),
-    ("unbalanced", '{{ template "base" .\n', "line 1: unbalanced Go template"),
+    ("unbalanced", '{{ template "base" .\n', "line 1: unclosed action .*parse_error"),
     ("duplicate", "[a]\nx = 1\n[a]\ny = 2\n", "line 3"),
 ]
 
