@@ -31,6 +31,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_ch
 from ansible_collections.k3s_gpu.nvidia.tests.corpus import corpus
 
 from . import lab
+from . import test_containerd_v4 as upstream
 
 BINARIES = dict(distro.NVIDIA_RUNTIMES)
 STUB = "#!/bin/sh\nexec runc \"$@\"\n"
@@ -42,6 +43,10 @@ DAEMON_SAMPLE = ("edit-v3-kata-custom", "edit-v2-17-runsc", "edit-v3-guarded-nvi
 
 def line_of(profile):
     return "1.7" if profile["containerd"] == "1.7" else "2.x"
+
+
+# releases that embed containerd 2.2 or 2.3 are also loaded by that line's upstream build
+UPSTREAM_OF = {"2.2": "2.2.7", "2.3": "2.3.4"}
 
 
 class Node:
@@ -119,12 +124,22 @@ def test_what_the_engine_leaves_loads_in_real_containerd(lab_versions, corpus_no
     if line == "2.x" and node.profile["schema"] == 3 and case["schema"] == 3:
         ignored = "Ignoring unknown key" in result.stderr
         assert ignored == ("wrong_schema_path" in case["expect"]["codes"]), result.stderr[-1500:]
+    version = UPSTREAM_OF.get(node.profile["containerd"])
+    if version:
+        path = os.path.join(node.root, "config.toml")
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(node.config)
+        rc, data, stderr = upstream.config_dump(version, path)
+        assert rc == 0, "%s on containerd %s: %s" % (case["id"], version, stderr[-1500:])
+        for name, binary in node.expected.items():
+            assert runtimes_of(data)[name]["options"]["BinaryName"] == binary, (version, name)
 
 
-def test_the_loadable_cases_cover_both_outcomes_and_both_lines():
+def test_the_loadable_cases_cover_both_outcomes_and_every_line():
     outcomes = set(c["expect"]["outcome"] for c in LOADABLE)
-    lines = set(line_of(distro.profile(distro.RKE2 if "+rke2" in c["release"] else distro.K3S, c["release"])) for c in LOADABLE)
-    assert outcomes == {"edit", "warn"} and lines == {"1.7", "2.x"} and len(LOADABLE) >= 20
+    profiles = [distro.profile(distro.RKE2 if "+rke2" in c["release"] else distro.K3S, c["release"]) for c in LOADABLE]
+    assert outcomes == {"edit", "warn"} and set(line_of(p) for p in profiles) == {"1.7", "2.x"} and len(LOADABLE) >= 20
+    assert set(p["containerd"] for p in profiles) >= {"1.7", "2.0", "2.2", "2.3"}
 
 
 @pytest.mark.parametrize("case_id", DAEMON_SAMPLE)
