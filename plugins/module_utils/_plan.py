@@ -65,8 +65,9 @@ def _refuse_unusable(info, what):
         raise PlanError("%s %s is %d bytes, larger than the 1 MiB this module edits; a containerd "
                         "config is a few KiB, so check that this is the right file" % (what, path, info.get("size", 0)))
     if error == "not_utf8":
-        raise PlanError("%s %s is not valid UTF-8 (first bad byte on line %d); TOML must be UTF-8. "
-                        "Fix the encoding of that line" % (what, path, info.get("error_line", 0)))
+        raise PlanError("%s %s is not valid UTF-8 (first bad byte on line %d); TOML must be UTF-8 and containerd "
+                        "2.x refuses anything else [encoding_utf8]. Convert the file to UTF-8 (iconv -t UTF-8); "
+                        "nothing was written" % (what, path, info.get("error_line", 0)))
     if error == "unreadable":
         raise PlanError("%s %s cannot be read" % (what, path))
 

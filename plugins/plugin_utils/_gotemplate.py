@@ -287,9 +287,7 @@ class Template:
 
     def __init__(self):
         self.trees = {}          # name -> list of nodes
-        self.define_lines = {}   # name -> line of its define
         self.calls = []          # (name, line) of every {{ template }}
-        self.fields = []         # (path tuple, line, root) root: "dot" | "$" | "$var"
         self.comment_actions = []  # lines of actions that sit after a '#' on their line (outside strings)
 
 
@@ -419,7 +417,6 @@ class _Parser:
             raise TemplateError("parse_error", line, "template: multiple definition of template %r" % name)
         if name not in self.result.trees or _nonempty(body):
             self.result.trees[name] = body
-            self.result.define_lines[name] = line
 
     def _branch(self, word, tokens, action):
         line = action.line
@@ -540,10 +537,7 @@ class _Parser:
                     raise TemplateError("parse_error", token.line, "undefined variable %s" % base)
             node = self._node(token.kind, token.line, token.value)
             i += 1
-            if token.kind == "field":
-                self.result.fields.append((token.value, token.line, "dot"))
             if i < len(tokens) and tokens[i].kind == "chain" and token.kind == "variable":
-                self.result.fields.append((tokens[i].value, token.line, token.value))
                 node = self._node("chain", token.line, node, tokens[i].value)
                 i += 1
             operands.append(node)
@@ -896,7 +890,7 @@ class Execution:
     def _operand(self, node, dot, variables, tree):
         kind = node.kind
         if kind == "field":
-            return self._fields(dot, node.a, node.line, "dot")
+            return self._fields(dot, node.a, node.line)
         if kind == "dot":
             return dot
         if kind in ("string", "number", "bool"):
@@ -907,7 +901,7 @@ class Execution:
             return self._variable(node.a, variables, node.line)
         if kind == "chain":
             base = self._operand(node.a, dot, variables, tree)
-            return self._fields(base, node.b, node.line, "chain")
+            return self._fields(base, node.b, node.line)
         if kind == "paren":
             return self._pipeline(node.a, dot, list(variables), tree)
         if kind == "identifier":
@@ -920,7 +914,7 @@ class Execution:
                 return variables[index][1]
         raise TemplateError("exec_error", line, "undefined variable: %s" % name)  # pragma: no cover
 
-    def _fields(self, value, path, line, how):
+    def _fields(self, value, path, line):
         walked = []
         for name in path:
             value = self._field(value, name, line, walked)

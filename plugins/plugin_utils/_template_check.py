@@ -400,7 +400,7 @@ def _check(text, path, facts, schema, default_runtime, after_install, target_pro
         states.append((UPGRADE, target_profile, target_detected if target_detected is not None else after))
     baseline = None
     for when, state_profile, detected in states:
-        found, keys = _check_state(template, text, facts, state_profile, schema, detected, default_runtime, when, report)
+        found, keys = _check_state(template, facts, state_profile, schema, detected, default_runtime, when, report)
         if when == NOW:
             baseline = keys
             if added and not rerender:
@@ -457,7 +457,7 @@ def _added_runtime_tables(user_tables, added, schema, profile):
     return found
 
 
-def _check_state(template, text, facts, profile, schema, detected, default_runtime, when, report):
+def _check_state(template, facts, profile, schema, detected, default_runtime, when, report):
     """Render for one node state; add the findings (NOW) or return them (others, for the caller)."""
     data = node_data(facts, profile, detected, default_runtime)
     params = base_params(facts, profile, detected, default_runtime)

@@ -276,7 +276,7 @@ def _loads(masked, path):
     try:
         return tomllib.loads(masked)
     except tomllib.TOMLDecodeError as exc:
-        raise TomlEditError("%s: %s. Fix that line; nothing was written" % (path, exc))
+        raise TomlEditError("%s: %s [toml_invalid]. Fix that line; nothing was written" % (path, exc))
 
 
 # --- the edit ------------------------------------------------------------------------------------
@@ -414,7 +414,7 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None):
             continue
         raise TomlEditError(
             "%s: line %d: [%s] is already emitted by the base template of %s %s, so containerd would "
-            "refuse the config (`table already exists`) and k3s would restart in a loop. Remove that "
+            "refuse the config (`table already exists`) and k3s would restart in a loop [duplicate_table]. Remove that "
             "table from the template (a drop-in or default-runtime: in config.yaml is the way to change "
             "it); nothing was written" % (file_path, table.start + 1, _key_text(table.path), profile["distribution"],
                                           profile["release"]))
