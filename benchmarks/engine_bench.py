@@ -21,6 +21,9 @@ import tracemalloc
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _check_cache as check_cache
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as template_check
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml_read as toml_read
 
 RELEASE = "v1.31.6+k3s1"
 TEMPLATE = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
@@ -56,7 +59,16 @@ def make_node(root, template_text):
         handle.write(template_text)
 
 
+def forget_memos():
+    """Each host's task runs in a freshly forked Ansible worker: nothing memoised by an earlier call."""
+    detect._FOLDERS.clear()
+    template_check._DATA_TYPES.clear()
+    toml_read._LINES.clear()
+    toml._QUOTED.clear()
+
+
 def one_node(root, cache_dir=None):
+    forget_memos()
     facts = detect.gather(root, "k3s", RELEASE, toolkit_dirs=[TOOLKIT])
     # cache_dir: the run-wide verdicts of the template check, as the action plugin shares them between hosts;
     # a new CheckCache per call is a new forked worker (nothing in memory, the verdict read from the file)

@@ -3,6 +3,7 @@
 #   benchmarks/run.sh            # engine + task ratio
 #   benchmarks/run.sh engine     # engine only
 #   benchmarks/run.sh task       # containerd_runtimes task vs ansible.builtin.stat
+#   benchmarks/run.sh engine-vs REV   # this engine against commit REV's, alternate rounds
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=scripts/lib.sh
@@ -14,6 +15,33 @@ what=${1:-all}
 
 if [[ $what == all || $what == engine ]]; then
     PYTHONPATH=$COLL_PATH "$VENV/bin/python" benchmarks/engine_bench.py "${ENGINE_ITERATIONS:-300}"
+fi
+
+if [[ $what == engine-vs ]]; then
+    # the engine of this checkout against an earlier commit's, in alternate rounds on the same machine
+    # (its speed drifts: ratios are taken round by round)
+    rev=${2:?usage: benchmarks/run.sh engine-vs <commit>}
+    base=$(mktemp -d)
+    trap 'git worktree remove --force "$base/ansible_collections/k3s_gpu/nvidia" >/dev/null 2>&1; rm -rf "$base"' EXIT
+    git worktree add --detach "$base/ansible_collections/k3s_gpu/nvidia" "$rev" >/dev/null 2>&1 || die "cannot check out $rev"
+    rounds=${ENGINE_ROUNDS:-5}
+    for ((round = 0; round < rounds; round++)); do
+        PYTHONPATH=$COLL_PATH "$VENV/bin/python" benchmarks/engine_bench.py "${ENGINE_ITERATIONS:-200}" | sed 's/^/new /'
+        (cd "$base/ansible_collections/k3s_gpu/nvidia" && PYTHONPATH=$base "$VENV/bin/python" benchmarks/engine_bench.py \
+            "${ENGINE_ITERATIONS:-200}" | sed 's/^/old /')
+    done | "$VENV/bin/python" -c '
+import re, statistics, sys
+rows = {}
+for line in sys.stdin:
+    match = re.match(r"(new|old) (?:cold: )?(\w[^:]*?)\s+median\s+([\d.]+) ms", line)
+    if match and not line.startswith("new fleet"):
+        rows.setdefault(match.group(2), {"new": [], "old": []})[match.group(1)].append(float(match.group(3)))
+print("engine, this checkout (cold) vs %s, %d alternate rounds: median of the rounds (ratio: median of round ratios)" % (sys.argv[1], int(sys.argv[2])))
+for label, runs in rows.items():
+    ratios = [n / o for n, o in zip(runs["new"], runs["old"])]
+    print("  %-40s new %6.2f ms  old %6.2f ms  ratio %.2f" % (label, statistics.median(runs["new"]),
+          statistics.median(runs["old"]), statistics.median(ratios) if ratios else float("nan")))
+' "$rev" "$rounds"
 fi
 
 if [[ $what == all || $what == task ]]; then

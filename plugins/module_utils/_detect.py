@@ -32,6 +32,7 @@ class NodeFS:
         self.root = os.path.abspath(root or "/")
         self._resolved = {}  # one read-only pass: a path resolves the same way throughout
         self._listings = {}
+        self._lstats = {}
 
     def host_path(self, node_path, follow=True):
         """The host path of a node path, with symlinks resolved within root (None if dangling/loop)."""
@@ -40,34 +41,42 @@ class NodeFS:
             self._resolved[key] = self._resolve(node_path, follow)
         return self._resolved[key]
 
+    def _lstat(self, host):
+        # paths share their leading directories: each one is looked at once per reading
+        if host not in self._lstats:
+            try:
+                self._lstats[host] = os.lstat(host)
+            except OSError:
+                self._lstats[host] = None
+        return self._lstats[host]
+
     def _resolve(self, node_path, follow):
         parts = [p for p in node_path.split("/") if p not in ("", ".")]
+        parts.reverse()  # popped from the end
         resolved = []
+        base = self.root.rstrip("/")
         hops = 0
         while parts:
-            part = parts.pop(0)
+            part = parts.pop()
             if part == "..":
                 if resolved:
                     resolved.pop()
                 continue
-            candidate = resolved + [part]
-            host = os.path.join(self.root, *candidate)
-            is_last = not parts
-            try:
-                st = os.lstat(host)
-            except OSError:
+            host = "/".join([base] + resolved + [part])
+            st = self._lstat(host)
+            if st is None:
                 # missing: the rest cannot exist either
-                return os.path.join(self.root, *(candidate + parts))
-            if stat.S_ISLNK(st.st_mode) and (follow or not is_last):
+                return os.path.join(self.root, *(resolved + [part] + parts[::-1]))
+            if stat.S_ISLNK(st.st_mode) and (follow or parts):
                 hops += 1
                 if hops > _SYMLINK_LIMIT:
                     return None
                 target = os.readlink(host)
                 if target.startswith("/"):
                     resolved = []
-                parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+                parts.extend(reversed([p for p in target.split("/") if p not in ("", ".")]))
                 continue
-            resolved = candidate
+            resolved.append(part)
         return os.path.join(self.root, *resolved) if resolved else self.root
 
     def stat(self, node_path):
@@ -103,16 +112,20 @@ class NodeFS:
         except OSError:
             return []
 
+    def names(self, directory):
+        """The names in a node directory (empty if it is missing), listed once per reading."""
+        if directory not in self._listings:
+            host = self.host_path(directory)
+            try:
+                self._listings[directory] = frozenset(os.listdir(host)) if host else frozenset()
+            except OSError:
+                self._listings[directory] = frozenset()
+        return self._listings[directory]
+
     def may_exist(self, node_path):
         """False when the parent directory surely lacks the name (one listing per directory)."""
         parent, name = posixpath.split(node_path)
-        if parent not in self._listings:
-            host = self.host_path(parent)
-            try:
-                self._listings[parent] = frozenset(os.listdir(host)) if host else frozenset()
-            except OSError:
-                self._listings[parent] = frozenset()
-        return name in self._listings[parent]
+        return name in self.names(parent)
 
     def read_bytes(self, node_path, limit=MAX_CONFIG_BYTES):
         host = self.host_path(node_path)
@@ -143,6 +156,16 @@ def _stat_era_find(fs, dirs, binary):
     return None
 
 
+_FOLDERS = {}
+
+
+def _folder(cwd, directory):
+    key = (cwd, directory)
+    if key not in _FOLDERS:
+        _FOLDERS[key] = posixpath.normpath(posixpath.join(cwd, directory or "."))
+    return _FOLDERS[key]
+
+
 def _lookpath(fs, path_entries, binary, cwd="/"):
     """Go exec.LookPath as root: first PATH dir holding an executable non-directory wins.
 
@@ -151,8 +174,11 @@ def _lookpath(fs, path_entries, binary, cwd="/"):
     the search stops there. systemd starts services in "/".
     """
     for directory in path_entries:
-        path = posixpath.normpath(posixpath.join(cwd, directory or ".", binary))
-        st = fs.stat(path) if fs.may_exist(path) else None
+        folder = _folder(cwd, directory)
+        if binary not in fs.names(folder):
+            continue  # one listing per directory instead of a stat per PATH entry and binary
+        path = posixpath.join(folder, binary)
+        st = fs.stat(path)
         # root's faccessat(X_OK) succeeds on a non-directory when any execute bit is set
         if st is not None and not stat.S_ISDIR(st.st_mode) and st.st_mode & 0o111:
             if not directory.startswith("/"):

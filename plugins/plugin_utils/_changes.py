@@ -70,7 +70,9 @@ def compute(facts, params):
     reader = _template_reader(facts, plan, params)
     if reader is not None and reader.normalized is not None and target["mode"] == planner.MODE_TEMPLATE:
         current = reader.normalized  # opted in: the edit starts from the clean text (BOM and CR removed)
-    after = toml.apply_plan(current, plan, target["path"], target["mode"] == planner.MODE_TEMPLATE, profile)
+    # a template is checked whole right after (_check_rendered), composed with the base it really gets
+    after = toml.apply_plan(current, plan, target["path"], target["mode"] == planner.MODE_TEMPLATE, profile,
+                            checked_after=target["mode"] == planner.MODE_TEMPLATE and facts["distribution"] != distro.CONTAINERD)
     _check_rendered(facts, plan, params, reader, current, after)
     changes = [_change(facts, target["key"], target["path"], after, "target")]
     if reader is not None and reader.normalized is not None and target["mode"] != planner.MODE_TEMPLATE:

@@ -26,6 +26,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gotemplate as gotemplate
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml_read as toml_read
 
 REFUSE = "refuse"
 WARN = "warn"
@@ -62,7 +63,13 @@ CODES = {
 
 def k3s_funcs(profile):
     """k3s's FuncMap for this release (distro.TEMPLATE_FUNCS; docs/template-data.md)."""
-    return tuple(name for name, feature in distro.TEMPLATE_FUNCS if _field_present(profile, feature))
+    release = distro.Release(profile["distribution"], profile["release"])
+    return tuple(name for name, feature in distro.TEMPLATE_FUNCS if _present(release, feature))
+
+
+def _present(release, feature):
+    """Whether a feature row ("!row": its absence) holds for the release."""
+    return distro.has_feature(release, feature.lstrip("!")) != feature.startswith("!")
 
 
 def _deschemify(url):
@@ -183,8 +190,12 @@ def data_type(profile):
 def _data_type(profile):
     fields = {}
     gone = []
+    release = distro.Release(profile["distribution"], profile["release"])
+    present = {}  # many fields share one feature row
     for path, type_name, feature in distro.TEMPLATE_FIELDS:
-        if feature and not _field_present(profile, feature):
+        if feature and feature not in present:
+            present[feature] = _present(release, feature)
+        if feature and not present[feature]:
             gone.append(path)
             continue
         fields[path] = type_name
@@ -196,19 +207,16 @@ def _data_type(profile):
     return root
 
 
-def _field_present(profile, feature):
-    negate = feature.startswith("!")
-    release = distro.Release(profile["distribution"], profile["release"])
-    return distro.has_feature(release, feature.lstrip("!")) != negate
-
-
 def _tree(flat):
     root = _struct("templates.ContainerdConfig", {}, open_=False)
     for path in sorted(flat, key=lambda p: p.count(".")):
         parts = path.split(".")
         node = root
         for part in parts[:-1]:
-            node = node["fields"].setdefault(part, _struct(part, {}))
+            child = node["fields"].get(part)
+            if child is None:
+                child = node["fields"][part] = _struct(part, {})
+            node = child
             if node["kind"] == "map":
                 node = node["elem"]
         kind = flat[path]
@@ -565,7 +573,7 @@ _LOST = (
 
 def _lost_settings(text, schema):
     try:
-        data = tomllib.loads(text)
+        data = toml.loads(text)
     except tomllib.TOMLDecodeError:
         return []
     lost = []
@@ -603,7 +611,8 @@ def analyze(output, schema, profile, note="", base_lines=(), user_tables=None):
         findings.append(Finding("empty", 0, "the template renders no TOML at all%s, so containerd starts on built-in "
                                 "defaults" % note, "include {{ template \"base\" . }}, or delete the template"))
         return findings
-    tables = toml.scan_tables(lines)
+    plain = toml_read.read_plain(lines)  # the values and the tables in one pass where the text is plain TOML
+    tables = plain[1] if plain is not None else toml.scan_tables(lines)
     if user_tables is not None:
         user_tables.extend((t.path, user_line(t.start)) for t in tables if not from_base(t.start))
     by_path = {}
@@ -661,7 +670,7 @@ def analyze(output, schema, profile, note="", base_lines=(), user_tables=None):
                 "remove this line; the base of the release sets %s" % key if any(from_base(n) for n in numbers)
                 else "set %s once" % key))
     try:
-        data = tomllib.loads(text)
+        data = plain[0] if plain is not None else tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         if duplicated:
             return findings

@@ -27,6 +27,7 @@ else:
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml_read as toml_read
 
 MANAGED_HEADER = "# Managed by Ansible: k3s_gpu.nvidia.containerd_runtimes rewrites the runtime tables in this file."
 MANAGED_YAML_HEADER = "# Managed by Ansible: k3s_gpu.nvidia.containerd_runtimes rewrites this file."
@@ -82,12 +83,7 @@ def unmask_template(masked, originals):
 
 # --- scanning tables with their line ranges -------------------------------------------------------
 
-class Table:
-    __slots__ = ("path", "array", "start", "content_end", "end")
-
-    def __init__(self, path, array, start):
-        self.path, self.array, self.start = path, array, start
-        self.content_end = self.end = start + 1
+Table = toml_read.Table
 
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
@@ -217,10 +213,16 @@ def scan_tables(lines):
 
 # --- rendering ----------------------------------------------------------------------------------
 
+_QUOTED = {}  # key part -> its TOML text (the same few parts come back in every header)
+
+
 def _key_text(path):
     """Dotted key text, each part quoted by tomlkit only where TOML needs it."""
     require_tomlkit()
-    return ".".join(tomlkit.key(part).as_string() for part in path)
+    for part in path:
+        if part not in _QUOTED:
+            _QUOTED[part] = tomlkit.key(part).as_string()
+    return ".".join(_QUOTED[part] for part in path)
 
 
 def render_table(path, values):
@@ -272,9 +274,23 @@ def _get(data, path):
     return data
 
 
+def loads(text):
+    """tomllib.loads, by the one-pass reader where the text is plain TOML (the same answer, faster)."""
+    plain = toml_read.read_plain(text.split("\n"))
+    return plain[0] if plain is not None else tomllib.loads(text)
+
+
+def read(lines):
+    """(data, tables) of a document as lines. Raises tomllib.TOMLDecodeError."""
+    plain = toml_read.read_plain(lines)
+    if plain is not None:
+        return plain
+    return tomllib.loads("\n".join(lines)), scan_tables(lines)
+
+
 def _loads(masked, path):
     try:
-        return tomllib.loads(masked)
+        return loads(masked)
     except tomllib.TOMLDecodeError as exc:
         raise TomlEditError("%s: %s [toml_invalid]. Fix that line; nothing was written" % (path, exc))
 
@@ -378,10 +394,12 @@ def _set_key(edit, tables, data, table_path, key, value, file_path):
     return True
 
 
-def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None):
+def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None, checked_after=False):
     """New text of the target for the plan; None means the file should not exist.
 
     text is the current content (None: absent). Raises TomlEditError, leaving nothing written.
+    checked_after: the caller renders the new template with the base and checks it whole
+    (_template_check), so the quick composition with the base's table headers is not needed.
     """
     target = plan["target"]
     schema = target["schema"]
@@ -395,9 +413,11 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None):
             return None
         text = _new_file_text(schema, is_template)
     masked, originals = mask_template(text, file_path) if is_template else (text, [])
-    data = _loads(masked, file_path)
     lines = masked.split("\n")
-    tables = scan_tables(lines)
+    try:
+        data, tables = read(lines)
+    except tomllib.TOMLDecodeError as exc:
+        raise TomlEditError("%s: %s [toml_invalid]. Fix that line; nothing was written" % (file_path, exc))
     edit = Edit(lines)
     reserved = set(tuple(t) for t in plan.get("reserved_tables") or [])
     managed = _managed_names(plan)
@@ -443,6 +463,7 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None):
                 _remove_table_ranges(edit, tables, distro.runtime_table(schema, name), file_path)
             plan["removed_stale"] = stale
         blocks = []
+        templated = _templated_keys(lines, tables, originals) if originals else set()
         for runtime in plan["write"]:
             items = runtime_items(schema, runtime, systemd_default)
             path = items[0][0]
@@ -452,7 +473,6 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None):
                 continue
             # a key the template sets with an action (`SystemdCgroup = {{ .SystemdCgroup }}`) is the user's:
             # k3s renders it, so it is neither compared nor set a second time
-            templated = _templated_keys(lines, tables, originals)
             items = [(p, dict((k, v) for k, v in values.items() if (p, k) not in templated)) for p, values in items]
             if all(_get(data, p) is not None and all(_same(_get(data, p + (k,)), v) for k, v in values.items())
                    for p, values in items):
@@ -484,7 +504,7 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None):
     new_masked = edit.result()
     if new_masked == masked:
         return text  # nothing to change; the text was parsed above
-    if is_template and reserved:
+    if is_template and reserved and not checked_after:
         _check_composition(new_masked, reserved, file_path)  # also proves the new text alone parses
     else:
         _loads(new_masked, file_path + " (after the edit)")
@@ -560,7 +580,7 @@ def _check_composition(masked, reserved, file_path):
     """Base tables + our text must load as one TOML document (what containerd will read)."""
     base = "\n".join("[%s]" % _key_text(path) for path in sorted(reserved, key=len))
     try:
-        tomllib.loads(base + "\n" + masked)
+        loads(base + "\n" + masked)
     except tomllib.TOMLDecodeError as exc:
         _loads(masked, file_path + " (after the edit)")  # a fault of the text itself is named first
         raise TomlEditError("%s: composed with the base template, the config would not load (%s); "
