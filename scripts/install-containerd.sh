@@ -20,6 +20,7 @@
 # bin/containerd-<ver>-linux-amd64.tar.xz, checked against their sha256) into
 # .cache/containerd-upstream/<ver>/bin/, for tests only (never on PATH, never installed):
 #   ./scripts/install-containerd.sh --upstream  # only those (no apt, no network)
+# and nvidia-ctk 1.20.0 (bin/nvidia-container-toolkit-1.20.0-linux-amd64.tar.xz) into .cache/nvidia-container-toolkit-1.20.0/.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -239,10 +240,36 @@ install_upstream() {
     done
 }
 
+# ---------------------------------------------------------------- NVIDIA Container Toolkit 1.20.0
+# nvidia-ctk, the peer the plain-containerd tests compare with (shared/bin/README.md); tests only
+TOOLKIT=$ROOT/.cache/nvidia-container-toolkit-1.20.0
+TOOLKIT_SHA256=48eb2631f8217c764e9cbc3f94aaf223c5b56e111b96f01f0563e4ce518817e7
+
+install_toolkit() {
+    local shared archive sum tmp
+    if ((REFRESH == 0)) && "$TOOLKIT/bin/nvidia-ctk" --version 2>/dev/null | grep -q 'version 1.20.0'; then
+        log "nvidia-ctk 1.20.0: cached in $TOOLKIT"
+        return 0
+    fi
+    shared=$(shared_dir) || { warn "no shared material: nvidia-ctk 1.20.0 not extracted"; return 1; }
+    archive=$shared/bin/nvidia-container-toolkit-1.20.0-linux-amd64.tar.xz
+    [[ -f "$archive" ]] || die "$archive missing (see $shared/bin/README.md)"
+    sum=$(sha256sum "$archive" | awk '{ print $1 }')
+    [[ "$sum" == "$TOOLKIT_SHA256" ]] || die "$archive: sha256 $sum, expected $TOOLKIT_SHA256"
+    mkdir -p "$(dirname "$TOOLKIT")"
+    tmp=$(mktemp -d "$TOOLKIT.extract.XXXXXX")
+    tar -xJf "$archive" -C "$tmp" bin/nvidia-ctk
+    "$tmp/bin/nvidia-ctk" --version | grep -q 'version 1.20.0' || die "nvidia-ctk from $archive does not run here"
+    rm -rf "$TOOLKIT"
+    mv "$tmp" "$TOOLKIT"
+    log "nvidia-ctk 1.20.0: extracted into $TOOLKIT"
+}
+
 # ---------------------------------------------------------------- main
 start=$(date +%s)
 if ((UPSTREAM_ONLY)); then
     install_upstream || die "containerd ${UPSTREAM_VERSIONS[*]} could not be extracted (see above)"
+    install_toolkit || die "nvidia-ctk 1.20.0 could not be extracted (see above)"
     exit 0
 fi
 apt_ensure containerd runc busybox-static
@@ -281,4 +308,5 @@ for bin_dir in /usr/bin "$CACHE/1.7/usr/bin" "$CACHE/2.x/usr/bin"; do
     log "$("$bin_dir/containerd" --version)   ($bin_dir)"
 done
 install_upstream || true   # the Debian lines stand on their own; the 2.2/2.3 tests name what is missing
+install_toolkit || true    # likewise the tests that compare with nvidia-ctk
 log "runc: $(/usr/sbin/runc --version | head -n1); manifest: $MANIFEST ($(($(date +%s) - start))s)"

@@ -14,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import difflib
+import json
 import posixpath
 import re
 
@@ -122,11 +123,44 @@ def select_target(facts, path=None):
     return target
 
 
+_DISABLED_PLUGINS = re.compile(r"^[ \t]*disabled_plugins[ \t]*=[ \t]*\[(.*?)\]", re.M | re.S)
+_FIRST_TABLE = re.compile(r"^[ \t]*\[", re.M)
+_QUOTED = re.compile(r"\"([^\"]*)\"|'([^']*)'")
+# every name under which containerd accepts turning its CRI plugin off (v1 short ID, 1.x/2.x URIs)
+CRI_PLUGIN_IDS = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images")
+
+
+def cri_disabled(text):
+    """(name, line) of a CRI plugin listed in the top-level disabled_plugins, else None."""
+    text = text or ""
+    first_table = _FIRST_TABLE.search(text)
+    match = _DISABLED_PLUGINS.search(text, 0, first_table.start() if first_table else len(text))
+    if not match:
+        return None
+    for pair in _QUOTED.findall(match.group(1)):
+        name = pair[0] or pair[1]
+        if name in CRI_PLUGIN_IDS:
+            return name, text.count("\n", 0, match.start()) + 1
+    return None
+
+
+def _refuse_cri_disabled(info):
+    found = cri_disabled(info.get("content"))
+    if found:
+        raise PlanError(
+            "%s: line %d: disabled_plugins turns off containerd's CRI plugin (%s), so the kubelet cannot use this "
+            "containerd at all (Docker's containerd.io package ships such a file, for Docker alone) [cri_disabled]. "
+            "Nothing was written. Fix: write containerd's own config (`containerd config default > %s`, then "
+            "your changes) or remove %s from disabled_plugins, then run the role again" % (
+                info["path"], found[1], json.dumps(found[0]), info["path"], json.dumps(found[0])))
+
+
 def _select_containerd(facts, path):
     profile = facts["profile"]
     config = facts["files"]["config"]
     if config["state"] == "file":
         _refuse_unusable(config, "containerd config")
+        _refuse_cri_disabled(config)
     schema = _config_schema(config, profile)
     if path:
         return _select_override(facts, path, schema)
@@ -150,13 +184,18 @@ def _config_schema(info, profile):
     if info.get("state") != "file" or not (info.get("content") or "").strip():
         return profile["schema"]
     version = info.get("version_line")
+    highest = profile.get("config_version_max") or profile["schema"]
     if version is None:
         if _has_toml_content(info.get("content")):
-            raise PlanError("%s has no `version` line, so containerd reads it with the version 1 schema "
-                            "and would ignore the runtime tables. Add `version = %d` at the top (after "
-                            "checking the file against that schema)" % (info["path"], profile["schema"]))
+            raise PlanError(
+                "%s has no `version` line, so containerd reads it with the version 1 schema (plugin names such as "
+                "\"cri\") and would ignore runtime tables written for version %d [config_version_1]. Nothing was "
+                "written. containerd %s reads config versions %s (`containerd config default` writes %d): rewrite the file "
+                "for version %d, with `version = %d` at the top and the plugin names of that version, or start from "
+                "`containerd config default`, then run the role again" % (
+                    info["path"], profile["schema"], profile["containerd"],
+                    ", ".join(str(v) for v in range(1, highest + 1)), highest, profile["schema"], profile["schema"]))
         return profile["schema"]
-    highest = profile.get("config_version_max") or profile["schema"]
     if version == 4 and highest == 3:
         # containerd 2.0-2.2 (message checked with 2.2.7)
         raise PlanError(

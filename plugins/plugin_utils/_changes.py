@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import tomllib
 
 from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
 
@@ -68,12 +69,16 @@ def compute(facts, params):
     info = facts["files"].get(target["key"]) or {}
     current = info.get("content") if info.get("state") == "file" else None
     reader = _template_reader(facts, plan, params)
+    if facts["distribution"] == distro.CONTAINERD and target["mode"] == planner.MODE_DROPIN:
+        plan["inherited"] = _root_default_runtime(facts, plan, target["schema"])
     if reader is not None and reader.normalized is not None and target["mode"] == planner.MODE_TEMPLATE:
         current = reader.normalized  # opted in: the edit starts from the clean text (BOM and CR removed)
     # a template is checked whole right after (_check_rendered), composed with the base it really gets
     after = toml.apply_plan(current, plan, target["path"], target["mode"] == planner.MODE_TEMPLATE, profile,
                             checked_after=target["mode"] == planner.MODE_TEMPLATE and facts["distribution"] != distro.CONTAINERD)
     _check_rendered(facts, plan, params, reader, current, after)
+    if facts["distribution"] == distro.CONTAINERD and target["mode"] in (planner.MODE_CONFIG, planner.MODE_DROPIN):
+        toml.check_plain_result(after, plan, target["path"], target["schema"])
     changes = [_change(facts, target["key"], target["path"], after, "target")]
     if reader is not None and reader.normalized is not None and target["mode"] != planner.MODE_TEMPLATE:
         key = target["template"]
@@ -114,6 +119,19 @@ def compute(facts, params):
                                "default runtime file"))
     changes = [c for c in changes if c is not None and c["before"] != c["after"]]
     return plan, changes
+
+
+def _root_default_runtime(facts, plan, schema):
+    """The default runtime's table in the root config a plain-containerd drop-in sits beside."""
+    config = facts["files"].get("config") or {}
+    if config.get("state") != "file" or config.get("content") is None:
+        return None
+    try:
+        data = toml.loads(config["content"])
+    except tomllib.TOMLDecodeError as exc:
+        raise toml.TomlEditError("%s: %s [toml_invalid]; containerd cannot load it either. Fix that line; nothing "
+                                 "was written" % (config["path"], exc))
+    return toml.inherited_runtime(data, schema, toml.own_runtime_names(plan))
 
 
 # template findings that make the current text unusable as the start of an edit

@@ -244,17 +244,57 @@ def render_tables(items):
     return "\n".join(lines) + "\n"
 
 
-def runtime_items(schema, runtime, systemd_cgroup_default):
-    """The two tables of one runtime: (runtime table, options table) as (path, values)."""
+def runtime_items(schema, runtime, systemd_cgroup_default, inherited=None):
+    """The two tables of one runtime: (runtime table, options table) as (path, values).
+
+    inherited: the default runtime's table (inherited_runtime), which a runc-shim runtime starts from,
+    as nvidia-ctk does; the runtime's own binary, systemd_cgroup and options are set over it."""
     path = distro.runtime_table(schema, runtime["name"])
+    keys = {"runtime_type": runtime["runtime_type"]}
     options = {"BinaryName": runtime["binary"]}
+    if inherited and runtime["runtime_type"] == distro.RUNC_V2:
+        keys.update(inherited["keys"])
+        options.update(inherited["options"])
     systemd_cgroup = runtime.get("systemd_cgroup")
-    if systemd_cgroup is None:
+    if systemd_cgroup is None and "SystemdCgroup" not in options:
         systemd_cgroup = systemd_cgroup_default
     if systemd_cgroup is not None:
         options["SystemdCgroup"] = bool(systemd_cgroup)
     options.update(runtime.get("options") or {})
-    return [(path, {"runtime_type": runtime["runtime_type"]}), (path + ("options",), options)]
+    return [(path, keys), (path + ("options",), options)]
+
+
+# runtime-level keys a new runtime does not take from the default runtime: its own type and options, and
+# the runtime_engine/runtime_root of containerd 1.x's v1 shims (containerd 2 no longer reads them; a shared
+# runtime_root would put two runtimes' state in one directory)
+NOT_INHERITED = ("runtime_type", "options", "runtime_engine", "runtime_root")
+RUNC_SHIMS = (distro.RUNC_V2, "io.containerd.runc.v1")
+
+
+def own_runtime_names(plan):
+    """The runtimes this module writes or manages: never a source of inheritance."""
+    return set(r["name"] for r in plan["write"]) | set(name for name, _binary in distro.NVIDIA_RUNTIMES)
+
+
+def inherited_runtime(data, schema, own=()):
+    """What a runtime this module adds inherits, the rule of nvidia-ctk: the table of the runtime that
+    default_runtime_name names (runc's when unset, when that runtime is not a runc shim, or when it is
+    one of the runtimes this module writes, `own`: a second run must not copy one NVIDIA runtime into
+    the others), every runtime-level key and every option but BinaryName. None without such a table."""
+    containerd = _get(data, distro.containerd_table(schema))
+    runtimes = containerd.get("runtimes") if isinstance(containerd, dict) else None
+    if not isinstance(runtimes, dict):
+        return None
+    name = containerd.get("default_runtime_name") or "runc"
+    table = runtimes.get(name)
+    if (name in own or not isinstance(table, dict)
+            or table.get("runtime_type", distro.RUNC_V2) not in RUNC_SHIMS):
+        name, table = "runc", runtimes.get("runc")
+    if not isinstance(table, dict):
+        return None
+    options = table.get("options")
+    options = dict((k, v) for k, v in options.items() if k != "BinaryName") if isinstance(options, dict) else {}
+    return {"name": name, "keys": dict((k, v) for k, v in table.items() if k not in NOT_INHERITED), "options": options}
 
 
 def render_runtime_blocks(schema, runtimes, systemd_cgroup_default=None):
@@ -439,7 +479,11 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None, 
             "it); nothing was written" % (file_path, table.start + 1, _key_text(table.path), profile["distribution"],
                                           profile["release"]))
     plan["removed_for_base"] = sorted(set(removed_for_base))
-    systemd_default = _runc_systemd_cgroup(data, schema) if profile["distribution"] == distro.CONTAINERD else None
+    plain = profile["distribution"] == distro.CONTAINERD
+    systemd_default = _runc_systemd_cgroup(data, schema) if plain else None
+    # the runtimes start from the default runtime's table: the file's own (plain containerd, or a
+    # template that declares runc itself), else the one the plan brings (a drop-in's root config)
+    inherited = inherited_runtime(data, schema, own_runtime_names(plan)) or plan.get("inherited")
     if plan["state"] == "absent":
         for name in dict.fromkeys(plan["remove"]):  # each name once, in order
             path = distro.runtime_table(schema, name)
@@ -465,7 +509,7 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None, 
         blocks = []
         templated = _templated_keys(lines, tables, originals) if originals else set()
         for runtime in plan["write"]:
-            items = runtime_items(schema, runtime, systemd_default)
+            items = runtime_items(schema, runtime, systemd_default, inherited)
             path = items[0][0]
             existing = _get(data, path)
             if existing is None:
@@ -504,6 +548,10 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None, 
     new_masked = edit.result()
     if new_masked == masked:
         return text  # nothing to change; the text was parsed above
+    if plain and mode == planner.MODE_CONFIG and data.get("version") is None:
+        # an empty or comment-only file: without a version line containerd reads it as version 1 and
+        # ignores every table written for the version of its own (the comments stay below it)
+        new_masked = "version = %d\n%s" % (schema, new_masked)
     if is_template and reserved and not checked_after:
         _check_composition(new_masked, reserved, file_path)  # also proves the new text alone parses
     else:
@@ -514,6 +562,32 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None, 
 
 
 _TEMPLATED_KEY = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_-]+)\s*=""")
+
+
+def check_plain_result(text, plan, file_path, schema):
+    """The file we are about to write on a plain containerd node, read as containerd will read it: its
+    version, and every runtime of the plan where that version looks for runtimes. Raises TomlEditError."""
+    if text is None or plan["state"] == "absent":
+        return
+    data = _loads(text, file_path + " (after the edit)")
+    version = data.get("version")
+    problems = []
+    if version != schema:
+        problems.append("its version is %s, not %d (without a version line containerd reads the version 1 schema)" % (
+            version, schema))
+    disabled = planner.cri_disabled(text)
+    if disabled:
+        problems.append("disabled_plugins turns off the CRI plugin (%s)" % disabled[0])
+    for runtime in plan["write"]:
+        table = _get(data, distro.runtime_table(schema, runtime["name"]))
+        binary = _get(table, ("options", "BinaryName")) if isinstance(table, dict) else None
+        if binary != runtime["binary"]:
+            problems.append("runtime %s is not where version %d reads runtimes ([%s])" % (
+                runtime["name"], schema, _key_text(distro.runtime_table(schema, runtime["name"]))))
+    if problems:
+        raise TomlEditError("%s: containerd would not load the runtimes from the result: %s [runtime_not_loaded]. "
+                            "This is a fault of the collection or of an unusual file: nothing was written; report "
+                            "it with the file" % (file_path, "; ".join(problems)))
 
 
 def _templated_keys(lines, tables, originals):
@@ -624,8 +698,10 @@ def _render_dropin(plan, schema):
         items.append((distro.cri_table(schema), {"enable_cdi": plan["enable_cdi"]}))
     if plan.get("default_runtime") and plan["default_runtime"]["how"] == "toml":
         items.append((distro.containerd_table(schema), {"default_runtime_name": plan["default_runtime"]["name"]}))
+    inherited = plan.get("inherited")
+    systemd_default = False if inherited is not None else None
     for runtime in plan["write"]:
-        items.extend(runtime_items(schema, runtime, None))
+        items.extend(runtime_items(schema, runtime, systemd_default, inherited))
     return "%s\nversion = %d\n\n%s" % (MANAGED_HEADER, schema, render_tables(items))
 
 

@@ -1,0 +1,258 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Plain containerd nodes, loaded by the real containerd of every line (Debian's 1.6, 1.7 and 2.1; upstream
+2.2.7 and 2.3.4) with `containerd --config F config dump`, and compared with NVIDIA's own configurator
+(nvidia-ctk 1.20.0 built from its tag, shared material) on the same files.
+
+The configs are the ones nodes really have: each line's `containerd config default` (as written, with
+`SystemdCgroup = true`, and hardened: `privileged_without_host_devices = true` and a runc `Root`), that
+file importing a conf.d (the engine then writes a drop-in), a non-runc default runtime, an empty file,
+a comment-only file, and Docker's containerd.io file (the CRI plugin disabled: refused untouched).
+For each, after the engine's write:
+- containerd loads the file and every NVIDIA runtime is in the loaded config;
+- each NVIDIA runtime's effective privileged_without_host_devices, SystemdCgroup and Root equal the
+  default runtime's (runc's);
+- nvidia-ctk, given the same file, gives `nvidia` the same effective table, apart from what the
+  collection documents as its own choices (runtime_root and runtime_engine are not copied; a default
+  runtime that is not a runc shim gives way to runc, where nvidia-ctk copies a kata table into `nvidia`);
+- a second run changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tomllib
+
+import pytest
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
+
+from . import lab
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+UPSTREAM = os.path.join(REPO_ROOT, ".cache", "containerd-upstream")
+CTK = os.path.join(REPO_ROOT, ".cache", "nvidia-container-toolkit-1.20.0", "bin", "nvidia-ctk")
+HINT = "run scripts/install-containerd.sh (it extracts upstream containerd 2.2.7/2.3.4 and nvidia-ctk 1.20.0)"
+LINES = ("1.6", "1.7", "2.x", "2.2.7", "2.3.4")
+NVIDIA = {"nvidia": "/usr/bin/nvidia-container-runtime", "nvidia-cdi": "/usr/bin/nvidia-container-runtime.cdi",
+          "nvidia-legacy": "/usr/bin/nvidia-container-runtime.legacy"}
+INHERITED = ("privileged_without_host_devices", "SystemdCgroup", "Root")
+# what the collection does not copy from the default runtime, unlike nvidia-ctk (docs: plain containerd)
+NOT_COPIED = ("runtime_root", "runtime_engine")
+
+
+def _binary(line):
+    if line in lab.LINES:
+        return lab.binary(line), lab._line_env(line)  # pylint: disable=protected-access
+    path = os.path.join(UPSTREAM, line, "bin", "containerd")
+    if not os.access(path, os.X_OK):
+        pytest.fail("upstream containerd %s missing (%s): %s" % (line, path, HINT), pytrace=False)
+    return path, {k: v for k, v in os.environ.items() if not k.startswith("CONTAINERD_")}
+
+
+def release_of(line):
+    return lab.versions()[line]["version"].split("~")[0] if line in lab.LINES else line
+
+
+def containerd(line, *args):
+    exe, env = _binary(line)
+    return subprocess.run([exe] + list(args), capture_output=True, text=True, timeout=60, env=env, check=False)
+
+
+def dump(line, path):
+    proc = containerd(line, "--config", path, "config", "dump")
+    assert proc.returncode == 0, "containerd %s refuses %s: %s" % (line, path, proc.stderr[-2000:])
+    return tomllib.loads(proc.stdout)
+
+
+def default_config(line):
+    proc = containerd(line, "config", "default")
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def loaded_runtimes(data):
+    for plugin in ("io.containerd.cri.v1.runtime", "io.containerd.grpc.v1.cri"):
+        runtimes = (((data.get("plugins") or {}).get(plugin) or {}).get("containerd") or {}).get("runtimes")
+        if runtimes:
+            return runtimes
+    return {}
+
+
+ZERO = {"privileged_without_host_devices": False, "SystemdCgroup": False, "Root": ""}
+
+
+def effective(table, key):
+    """The value the runtime runs with: a key containerd does not print has its Go zero value."""
+    value = (table.get("options") or {}).get(key) if key in ("SystemdCgroup", "Root") else table.get(key)
+    return ZERO[key] if value is None else value
+
+
+class Node:
+    """A plain containerd node tree whose config imports its own conf.d by host path (as containerd reads it)."""
+
+    def __init__(self, root):
+        self.root = str(root)
+        for binary in list(NVIDIA.values()) + ["/usr/bin/containerd"]:
+            self.write(binary, "#!/bin/sh\nexec runc \"$@\"\n", 0o755)
+
+    def host(self, node_path):
+        return self.root + node_path
+
+    def write(self, node_path, text, mode=0o644):
+        path = self.host(node_path)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(path, mode)
+
+    def read(self, node_path):
+        with open(self.host(node_path), encoding="utf-8") as handle:
+            return handle.read()
+
+    def converge(self, line, **params):
+        facts = detect.gather(self.root, "containerd", release_of(line), binaries=list(NVIDIA.values()))
+        plan, file_changes = changes.compute(facts, params)
+        for change in file_changes:
+            self.write(change["node_path"], change["after"])
+        return plan, file_changes
+
+
+_IMPORTS = re.compile(r"^imports = \[.*\]$", re.M)
+
+
+def _in_runc(text, pattern, replacement):
+    """Replace the first match of pattern after the runc runtime header (the default configs' only runtime)."""
+    start = re.search(r"runtimes\.runc\]", text).end()
+    new, count = re.subn(pattern, replacement, text[start:], count=1)
+    assert count == 1, pattern
+    return text[:start] + new
+
+
+def config_case(line, case, node):
+    text = default_config(line)
+    if case.startswith("default"):
+        imports = "imports = ['%s/*.toml']" % node.host("/etc/containerd/conf.d") if case.endswith("dropin") else "imports = []"
+        text = _IMPORTS.sub(imports, text) if _IMPORTS.search(text) else imports + "\n" + text
+        if "systemd" in case or "hardened" in case:
+            text = _in_runc(text, r"SystemdCgroup = false", "SystemdCgroup = true")
+        if "hardened" in case:
+            text = _in_runc(text, r"privileged_without_host_devices = false", "privileged_without_host_devices = true")
+            text = _in_runc(text, r"Root = (''|\"\")", "Root = '/run/runc-root'")
+        return text
+    if case == "kata-default":
+        text = _IMPORTS.sub("imports = []", text)
+        text = _in_runc(text, r"SystemdCgroup = false", "SystemdCgroup = true")
+        text = re.sub(r"default_runtime_name = (['\"])runc\1", "default_runtime_name = 'kata'", text, count=1)
+        header = re.search(r"^([ \t]*)\[(plugins\..*\.runtimes)\.runc\]$", text, re.M)
+        return text + "\n[%s.kata]\n  runtime_type = 'io.containerd.kata.v2'\n  privileged_without_host_devices = true\n" % header.group(2)
+    return {"empty": "", "comments": "# written by the image build\n# (nothing else)\n"}[case]
+
+
+CASES = ("default", "default-systemd", "default-hardened", "default-hardened-dropin", "kata-default", "empty", "comments")
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("line", LINES)
+def test_every_runtime_loads_and_inherits_the_default_runtime(tmp_path, line, case):
+    node = Node(tmp_path)
+    node.write("/etc/containerd/config.toml", config_case(line, case, node))
+    plan, file_changes = node.converge(line)
+    assert file_changes, "nothing written"
+    if case.endswith("dropin"):
+        # containerd merges a drop-in's tables into the root's deeply from 2.1 on; before, the root is edited
+        merges = distro.profile("containerd", release_of(line))["dropin_deep_merge"]
+        assert plan["target"]["mode"] == (planner.MODE_DROPIN if merges else planner.MODE_CONFIG)
+    data = dump(line, node.host("/etc/containerd/config.toml"))
+    runtimes = loaded_runtimes(data)
+    for name, binary in NVIDIA.items():
+        assert runtimes[name]["options"]["BinaryName"] == binary, (name, sorted(runtimes))
+        assert runtimes[name]["runtime_type"] == "io.containerd.runc.v2"
+        for key in INHERITED:
+            assert effective(runtimes[name], key) == effective(runtimes["runc"], key), (name, key)
+    if "hardened" in case:
+        assert runtimes["nvidia"]["privileged_without_host_devices"] is True
+        assert runtimes["nvidia"]["options"]["Root"] == "/run/runc-root"
+    if case in ("default-systemd", "default-hardened", "kata-default"):
+        assert runtimes["nvidia-cdi"]["options"]["SystemdCgroup"] is True
+    assert node.converge(line)[1] == []
+
+
+def _ctk():
+    if not os.access(CTK, os.X_OK):
+        pytest.fail("nvidia-ctk 1.20.0 missing (%s): %s" % (CTK, HINT), pytrace=False)
+    return CTK
+
+
+@pytest.mark.parametrize("case", ("default", "default-hardened", "kata-default"))
+@pytest.mark.parametrize("line", LINES)
+def test_nvidia_gets_what_nvidia_ctk_gives_it(tmp_path, line, case):
+    ours = Node(tmp_path / "ours")
+    ours.write("/etc/containerd/config.toml", config_case(line, case, ours))
+    ours.converge(line, runtimes=[{"name": "nvidia", "binary": NVIDIA["nvidia"]}])
+    our_nvidia = loaded_runtimes(dump(line, ours.host("/etc/containerd/config.toml")))["nvidia"]
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    config = str(theirs / "config.toml")
+    with open(config, "w", encoding="utf-8") as handle:
+        handle.write(config_case(line, case, ours))
+    proc = subprocess.run([_ctk(), "runtime", "configure", "--runtime=containerd", "--config=" + config,
+                           "--drop-in-config=" + str(theirs / "conf.d" / "99-nvidia.toml"),
+                           "--nvidia-runtime-path=" + NVIDIA["nvidia"]], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    their_nvidia = loaded_runtimes(dump(line, config))["nvidia"]
+
+    def comparable(table):
+        return json.dumps({k: v for k, v in table.items() if k not in NOT_COPIED}, sort_keys=True)
+
+    if case == "kata-default":
+        # nvidia-ctk copies the default runtime whatever its shim: its `nvidia` becomes a kata runtime that
+        # was given nvidia-container-runtime as BinaryName. The collection starts from runc's table there
+        # (documented), so `nvidia` is runc's shim with the NVIDIA binary
+        assert their_nvidia["runtime_type"] == "io.containerd.kata.v2"
+        assert our_nvidia["runtime_type"] == "io.containerd.runc.v2"
+        assert our_nvidia["options"]["SystemdCgroup"] is True and effective(our_nvidia, "privileged_without_host_devices") is False
+        return
+    assert comparable(our_nvidia) == comparable(their_nvidia)
+
+
+DOCKER_CONTAINERD_IO = """#   Copyright 2018-2020 Docker Inc.
+
+#   Licensed under the Apache License, Version 2.0 (the "License");
+#   you may not use this file except in compliance with the License.
+
+disabled_plugins = ["cri"]
+
+#root = "/var/lib/containerd"
+#state = "/run/containerd"
+#subreaper = true
+#oom_score = 0
+
+#[grpc]
+#  address = "/run/containerd/containerd.sock"
+#  uid = 0
+#  gid = 0
+"""
+
+
+@pytest.mark.parametrize("line", LINES)
+def test_docker_containerd_io_file_is_refused_untouched(tmp_path, line):
+    node = Node(tmp_path)
+    node.write("/etc/containerd/config.toml", DOCKER_CONTAINERD_IO)
+    # what containerd does with it: the CRI service is off (1.x does not even load the runtimes' settings)
+    data = dump(line, node.host("/etc/containerd/config.toml"))
+    assert "io.containerd.grpc.v1.cri" in data.get("disabled_plugins", []) or not loaded_runtimes(data)
+    with pytest.raises(planner.PlanError, match=r"kubelet cannot use this containerd.*\[cri_disabled\]"):
+        node.converge(line)
+    assert node.read("/etc/containerd/config.toml") == DOCKER_CONTAINERD_IO

@@ -1,0 +1,217 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Plain containerd nodes: every runtime the module adds starts from the default runtime's table (as
+nvidia-ctk does), an empty or comment-only file gets the version line containerd needs, and files
+containerd cannot use for Kubernetes are refused by name, untouched."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+
+CONFIG = "/etc/containerd/config.toml"
+V2 = 'plugins."io.containerd.grpc.v1.cri".containerd'
+V3 = "plugins.'io.containerd.cri.v1.runtime'.containerd"
+NVIDIA = ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy")
+
+
+def node(sandbox, text, release="2.1.4"):
+    sandbox.binary("/usr/bin/containerd")
+    for binary in NVIDIA:
+        sandbox.binary("/usr/bin/" + binary)
+    if text is not None:
+        sandbox.write(CONFIG, text)
+    return detect.gather(sandbox.root, "containerd", release, binaries=["/usr/bin/" + b for b in NVIDIA])
+
+
+def runtimes_of(text, schema):
+    data = tomllib.loads(text)
+    plugin = "io.containerd.grpc.v1.cri" if schema == 2 else "io.containerd.cri.v1.runtime"
+    return data["plugins"][plugin]["containerd"]["runtimes"]
+
+
+def run(sandbox, text, release="2.1.4", **params):
+    plan, file_changes = changes.compute(node(sandbox, text, release), params)
+    return plan, file_changes
+
+
+HARDENED_V3 = """version = 3
+[%(t)s]
+  default_runtime_name = "runc"
+[%(t)s.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+  privileged_without_host_devices = true
+  pod_annotations = ["io.site/*"]
+  runtime_root = "/run/runc-shared"
+[%(t)s.runtimes.runc.options]
+  BinaryName = "/usr/sbin/runc"
+  SystemdCgroup = true
+  Root = "/run/runc-root"
+""" % {"t": V3}
+
+
+def test_new_runtimes_inherit_the_default_runtime(sandbox):
+    _plan, file_changes = run(sandbox, HARDENED_V3)
+    runtimes = runtimes_of(file_changes[0]["after"], 3)
+    for name, binary in zip(("nvidia", "nvidia-cdi", "nvidia-legacy"), NVIDIA):
+        table = runtimes[name]
+        assert table["privileged_without_host_devices"] is True  # a privileged pod does not get every host device
+        assert table["pod_annotations"] == ["io.site/*"]
+        assert "runtime_root" not in table  # not shared with runc (containerd 2 does not read it anyway)
+        assert table["options"] == {"BinaryName": "/usr/bin/" + binary, "SystemdCgroup": True, "Root": "/run/runc-root"}
+    # a second run changes nothing
+    sandbox.write(CONFIG, file_changes[0]["after"])
+    assert run(sandbox, None)[1] == []
+
+
+def test_user_options_win_over_inherited_ones(sandbox):
+    _plan, file_changes = run(sandbox, HARDENED_V3, runtimes=[
+        {"name": "nvidia", "binary": "/usr/bin/nvidia-container-runtime", "systemd_cgroup": False,
+         "options": {"Root": "/run/nvidia-root"}}])
+    table = runtimes_of(file_changes[0]["after"], 3)["nvidia"]
+    assert table["options"] == {"BinaryName": "/usr/bin/nvidia-container-runtime", "SystemdCgroup": False,
+                                "Root": "/run/nvidia-root"}
+    assert table["privileged_without_host_devices"] is True
+
+
+def test_the_named_default_runtime_is_the_source(sandbox):
+    text = """version = 2
+[%(t)s]
+  default_runtime_name = "hardened"
+[%(t)s.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[%(t)s.runtimes.runc.options]
+  SystemdCgroup = true
+[%(t)s.runtimes.hardened]
+  runtime_type = "io.containerd.runc.v2"
+  privileged_without_host_devices = true
+[%(t)s.runtimes.hardened.options]
+  BinaryName = "/opt/runc-hardened"
+  SystemdCgroup = false
+""" % {"t": V2}
+    _plan, file_changes = run(sandbox, text, "1.7.24")
+    nvidia = runtimes_of(file_changes[0]["after"], 2)["nvidia"]
+    assert nvidia["privileged_without_host_devices"] is True
+    assert nvidia["options"] == {"BinaryName": "/usr/bin/nvidia-container-runtime", "SystemdCgroup": False}
+
+
+def test_a_default_runtime_that_is_not_runc_gives_way_to_runc(sandbox):
+    text = """version = 2
+[%(t)s]
+  default_runtime_name = "kata"
+[%(t)s.runtimes.kata]
+  runtime_type = "io.containerd.kata.v2"
+  privileged_without_host_devices = true
+[%(t)s.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[%(t)s.runtimes.runc.options]
+  SystemdCgroup = true
+""" % {"t": V2}
+    _plan, file_changes = run(sandbox, text, "1.7.24")
+    nvidia = runtimes_of(file_changes[0]["after"], 2)["nvidia"]
+    assert "privileged_without_host_devices" not in nvidia
+    assert nvidia["options"]["SystemdCgroup"] is True
+
+
+def test_nvidia_as_default_does_not_copy_itself_on_the_next_run(sandbox):
+    _plan, file_changes = run(sandbox, HARDENED_V3, default_runtime="nvidia", runtimes=[
+        {"name": "nvidia", "binary": "/usr/bin/nvidia-container-runtime", "options": {"Root": "/run/nvidia-root"}},
+        {"name": "nvidia-cdi", "binary": "/usr/bin/nvidia-container-runtime.cdi"}])
+    after = file_changes[0]["after"]
+    assert runtimes_of(after, 3)["nvidia-cdi"]["options"]["Root"] == "/run/runc-root"
+    sandbox.write(CONFIG, after)
+    _plan, again = run(sandbox, None, default_runtime="nvidia", runtimes=[
+        {"name": "nvidia", "binary": "/usr/bin/nvidia-container-runtime", "options": {"Root": "/run/nvidia-root"}},
+        {"name": "nvidia-cdi", "binary": "/usr/bin/nvidia-container-runtime.cdi"}])
+    assert again == []
+
+
+def test_an_existing_nvidia_table_gets_the_inherited_keys(sandbox):
+    older = HARDENED_V3 + """[%(t)s.runtimes.nvidia]
+  runtime_type = "io.containerd.runc.v2"
+[%(t)s.runtimes.nvidia.options]
+  BinaryName = "/usr/bin/nvidia-container-runtime"
+  SystemdCgroup = true
+""" % {"t": V3}
+    _plan, file_changes = run(sandbox, older, runtimes=[{"name": "nvidia", "binary": "/usr/bin/nvidia-container-runtime"}])
+    nvidia = runtimes_of(file_changes[0]["after"], 3)["nvidia"]
+    assert nvidia["privileged_without_host_devices"] is True
+    assert nvidia["options"]["Root"] == "/run/runc-root"
+
+
+def test_a_dropin_inherits_from_the_root_config(sandbox):
+    root = HARDENED_V3.replace("version = 3\n", 'version = 3\nimports = ["/etc/containerd/conf.d/*.toml"]\n')
+    plan, file_changes = run(sandbox, root)
+    assert plan["target"]["mode"] == planner.MODE_DROPIN
+    nvidia = runtimes_of(file_changes[0]["after"], 3)["nvidia"]
+    assert nvidia["privileged_without_host_devices"] is True
+    assert nvidia["options"]["Root"] == "/run/runc-root"
+
+
+@pytest.mark.parametrize("release,version", [("1.6.20", 2), ("1.7.24", 2), ("2.1.4", 3), ("2.3.4", 3)])
+@pytest.mark.parametrize("text", ["", "\n", "# written by the image build\n# nothing else\n"])
+def test_empty_or_comment_only_file_gets_the_version_line(sandbox, release, version, text):
+    _plan, file_changes = run(sandbox, text, release)
+    after = file_changes[0]["after"]
+    assert after.startswith("version = %d\n" % version)
+    assert after.count("# written by the image build") == text.count("# written by the image build")
+    assert set(runtimes_of(after, version)) >= {"nvidia", "nvidia-cdi", "nvidia-legacy"}
+    sandbox.write(CONFIG, after)
+    assert run(sandbox, None, release)[1] == []
+
+
+DOCKER_CONTAINERD_IO = """#   Copyright 2018-2022 Docker Inc.
+
+#   Licensed under the Apache License, Version 2.0 (the "License");
+
+disabled_plugins = ["cri"]
+
+#root = "/var/lib/containerd"
+#state = "/run/containerd"
+"""
+
+
+@pytest.mark.parametrize("listed", ['["cri"]', "['io.containerd.grpc.v1.cri']", '[\n  "io.containerd.cri.v1.runtime",\n]'])
+def test_cri_turned_off_is_refused_by_name(sandbox, listed):
+    text = DOCKER_CONTAINERD_IO.replace('["cri"]', listed)
+    with pytest.raises(planner.PlanError) as raised:
+        run(sandbox, text)
+    message = str(raised.value)
+    assert "[cri_disabled]" in message and "kubelet cannot use this containerd" in message
+    assert "line 5" in message and CONFIG in message and "containerd config default" in message
+    assert "\n" not in message
+    assert sandbox.read(CONFIG) == text.encode()
+
+
+def test_cri_turned_off_inside_a_table_is_not_the_top_level_key(sandbox):
+    text = 'version = 2\n[plugins."x"]\n  disabled_plugins = ["cri"]\n'
+    assert planner.cri_disabled(text) is None
+
+
+def test_version_1_file_refusal_says_which_versions_the_node_reads(sandbox):
+    text = '[plugins.cri.containerd]\n  snapshotter = "overlayfs"\n'
+    with pytest.raises(planner.PlanError) as raised:
+        run(sandbox, text, "2.1.4")
+    message = str(raised.value)
+    assert "[config_version_1]" in message and "reads config versions 1, 2, 3" in message
+    assert "version = 3" in message
+    assert sandbox.read(CONFIG) == text.encode()
+
+
+def test_result_check_refuses_a_runtime_containerd_would_not_read():
+    plan = {"state": "present", "write": [{"name": "nvidia", "binary": "/usr/bin/nvidia-container-runtime"}]}
+    text = ('version = 3\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
+            '  BinaryName = "/usr/bin/nvidia-container-runtime"\n')
+    with pytest.raises(toml.TomlEditError, match=r"runtime nvidia is not where version 3 reads runtimes.*\[runtime_not_loaded\]"):
+        toml.check_plain_result(text, plan, CONFIG, 3)
+    with pytest.raises(toml.TomlEditError, match=r"its version is None, not 2"):
+        toml.check_plain_result(text.replace("version = 3\n", "").replace("io.containerd.grpc.v1.cri", "x"), plan, CONFIG, 2)
