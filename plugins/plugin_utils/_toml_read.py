@@ -132,7 +132,7 @@ def read_plain(lines):
         elif kind is _KEY_VALUE:
             if key in current:
                 return None  # set twice, or a table of that name exists
-            current[key] = list(value) if type(value) is tuple else value
+            current[key] = list(value) if isinstance(value, tuple) else value
             if table is not None:
                 table.end = table.content_end = number + 1
         elif kind is _HEADER_LINE:
