@@ -54,7 +54,9 @@ FEATURES = {
     "crun_local_dirs": {"*": ALL, "1.28": "v1.28.6", "1.29": "v1.29.1"},
     # exec.LookPath over a fixed PATH instead of fs.Stat per dir (#9311, #9431)
     "lookpath": {"*": ALL, "1.28": "v1.28.7", "1.29": "v1.29.2"},
-    # correct wasm runtime types io.containerd.<name>.v1 (#9519)
+    # wasm rows as K3S_RUNTIMES has them (#9519): io.containerd.<name>.v1 types, spin's -v2 binary;
+    # before it every shim was `containerd-shim-<name>-v1` with type io.containerd.<name>.v2
+    # (k3s pkg/agent/containerd/runtimes_test.go before and after the PR)
     "wasm_v1_types": {"*": ALL, "1.28": "v1.28.8", "1.29": "v1.29.3"},
     # the service's own $PATH appended to the search (#10953 and backports)
     "service_path": {
@@ -633,8 +635,9 @@ def profile(distribution, release_text, newer_release=NEWER_RELEASE_REFUSE):
         if feature and not has_feature(release, feature):
             continue
         if group == "wasm" and not has_feature(release, "wasm_v1_types"):
-            # before #9519 k3s wrote io.containerd.<name>.v2 for the -v1 shims
-            runtime_type = "io.containerd.%s.v2" % name
+            # before #9519 every shim was looked up as containerd-shim-<name>-v1 (spin too, whose
+            # shim had moved to -v2) and written as io.containerd.<name>.v2
+            binary, runtime_type = "containerd-shim-%s-v1" % name, "io.containerd.%s.v2" % name
         if group == "crun" and detection == "stat" and has_feature(release, "crun_local_dirs"):
             group = "crun_local"
         detected.append({"name": name, "binary": binary, "runtime_type": runtime_type, "group": group})
