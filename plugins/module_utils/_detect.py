@@ -338,8 +338,21 @@ def service_environment(fs, distribution, unit):
                 sources.append(path)
                 parse_env_file(text, env)
     exec_start = " ".join(v for k, v in directives if k == "ExecStart")
+    # what the service really gets: systemd substitutes $VAR and ${VAR} from Environment= and
+    # EnvironmentFile= in ExecStart (kept out of the facts: env files hold tokens)
     return {"unit_file": unit_file, "env_files": sources, "path": env["PATH"],
-            "exec_start": exec_start}
+            "exec_start": exec_start, "exec_start_expanded": _expand_variables(exec_start, env)}
+
+
+_VARIABLE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _expand_variables(command_line, env):
+    def value(match):
+        if match.group(0) == "$$":
+            return "$"
+        return env.get(match.group(1) or match.group(2), "")
+    return _VARIABLE.sub(value, command_line)
 
 
 def cli_flag_value(command_line, flag):
@@ -496,6 +509,93 @@ def k3s_config_value(fs, paths, key):
         if found is not None:
             value, source = found, path
     return value, source
+
+
+# --- the runtime that runs the pods -----------------------------------------------------------------
+
+def _socket_path(endpoint):
+    """The socket path of a CRI endpoint (`unix:///run/x.sock` or `/run/x.sock`), /var/run read as /run."""
+    value = endpoint.strip()
+    if value.startswith("unix://"):
+        value = value[len("unix://"):]
+    if not value.startswith("/"):
+        return None  # tcp://, npipe:// or a relative path: nothing this module can follow
+    value = posixpath.normpath(value)
+    return value[len("/var"):] if value.startswith("/var/run/") else value
+
+
+def containerd_grpc_address(fs):
+    """`[grpc] address` of the host's /etc/containerd/config.toml, else containerd's default socket."""
+    text = fs.read_text(distro.DISTRIBUTION_PATHS[distro.CONTAINERD]["config"]) or ""
+    section = None
+    for line in text.splitlines():
+        stripped = line.split("#", 1)[0].strip()
+        if stripped.startswith("["):
+            section = stripped.strip("[] ").replace('"', "").replace("'", "")
+        elif section in distro.CONTAINERD_GRPC_TABLES:
+            match = re.match(r"""address\s*=\s*["']([^"']*)["']""", stripped)
+            if match:
+                return _socket_path(match.group(1))
+    return None
+
+
+def _truthy(value):
+    return value is not None and value.strip().lower() in ("true", "yes", "on", "1")
+
+
+def runtime_in_use(fs, distribution, paths, exec_line, unit_file):
+    """The runtime a k3s/rke2 node's pods run on, and the setting that says so.
+
+    The last of config.yaml, config.yaml.d/*.yaml and the unit's ExecStart wins, as in k3s."""
+    endpoint, source = k3s_config_value(fs, paths, "container-runtime-endpoint")
+    flag = cli_flag_value(exec_line, "--container-runtime-endpoint")
+    if flag is not None:
+        endpoint, source = flag, unit_file
+    docker, docker_source = False, None
+    if distribution in distro.DOCKER_OPTION_DISTRIBUTIONS:
+        value, docker_source = k3s_config_value(fs, paths, "docker")
+        docker = _truthy(value)
+        tokens = exec_line.split()
+        if "--docker" in tokens or "--docker=true" in tokens:
+            docker, docker_source = True, unit_file
+        elif "--docker=false" in tokens:
+            docker = False
+    facts = {"distribution": distribution, "endpoint": endpoint or None, "source": source if endpoint else None,
+             "docker": docker, "docker_source": docker_source if docker else None}
+    if docker:
+        facts["runtime"] = distro.RUNTIME_DOCKER
+        return facts
+    if not endpoint:
+        facts["runtime"] = distro.RUNTIME_EMBEDDED
+        return facts
+    socket = _socket_path(endpoint)
+    facts["runtime"] = distro.RUNTIME_UNKNOWN
+    for runtime, sockets in distro.ENDPOINT_SOCKETS:
+        if socket in sockets:
+            facts["runtime"] = runtime
+    if facts["runtime"] in (distro.RUNTIME_UNKNOWN, distro.RUNTIME_EMBEDDED) and socket is not None \
+            and socket == containerd_grpc_address(fs):
+        facts["runtime"] = distro.RUNTIME_HOST_CONTAINERD  # the host's containerd on its own address
+    elif facts["runtime"] == distro.RUNTIME_EMBEDDED:
+        # the embedded containerd is off as soon as an endpoint is set: nothing of k3s listens there
+        facts["runtime"] = distro.RUNTIME_UNKNOWN
+    return facts
+
+
+def host_containerd_version(fs, run_command, root_is_host):
+    """(version, source) of the host's containerd: its binary on a host root, else dpkg's record."""
+    if root_is_host and run_command is not None and find_binary(fs, distro.CONTAINERD):
+        try:
+            return _release_of(fs, distro.CONTAINERD, None, run_command, root_is_host)
+        except DetectError:
+            pass
+    for package in distro.CONTAINERD_PACKAGES:
+        version = dpkg_version(fs, package)
+        if version:
+            match = re.match(r"(?:\d+:)?(\d+\.\d+\.\d+)", version)
+            if match:
+                return match.group(1), "dpkg:" + package
+    return None, None
 
 
 # --- hardware, driver, CDI, toolkit, operator -------------------------------------------------------
@@ -782,6 +882,8 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
         facts["default_runtime"] = {"value": None, "source": None}
         facts["disabled_components"] = []
         facts["runtimeclasses_disabled"] = False
+        facts["runtime_in_use"] = {"runtime": distro.RUNTIME_HOST_CONTAINERD, "distribution": None, "release": None,
+                                   "endpoint": None, "source": None, "docker": False, "docker_source": None}
     else:
         units = find_units(fs, distribution)
         service = service_environment(fs, distribution, units[0] if units else distro.DISTRIBUTION_PATHS[distribution]["units"][0])
@@ -792,11 +894,18 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
                 facts["paths"] = paths
         facts["files"] = dict((key, file_facts(fs, paths[key], True)) for key in (
             "template_v3", "template_v2", "dropin_v3", "dropin_v2", "default_runtime_file", "labels_file_legacy"))
+        exec_line = service.pop("exec_start_expanded")
+        in_use = runtime_in_use(fs, distribution, paths, exec_line, service["unit_file"])
+        in_use["release"] = profile["release"]
+        if in_use["runtime"] == distro.RUNTIME_HOST_CONTAINERD:
+            # k3s/rke2 run no containerd of their own: the node is the host's containerd, configured as such
+            return _host_containerd_facts(fs, in_use, toolkit_dirs, binaries, path, run_command, newer_release)
+        facts["runtime_in_use"] = in_use
         facts["files"]["generated_config"] = file_facts(fs, paths["config"], False)
         facts["release_runtimes"] = k3s_detected_runtimes(fs, profile, service["path"])
         value, source = k3s_config_value(fs, paths, "default-runtime")
         # a flag on ExecStart comes after the config file's flags, so it wins
-        flag = cli_flag_value(service.get("exec_start", ""), "--default-runtime")
+        flag = cli_flag_value(exec_line, "--default-runtime")
         if flag is not None:
             value, source = flag, service["unit_file"]
         facts["default_runtime"] = {"value": value, "source": source}
@@ -822,6 +931,21 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
     names, read = config_runtimes(fs, paths["config"])
     facts["loaded_config"] = {"path": paths["config"], "exists": names is not None, "runtimes": names or [],
                               "files": read}
+    return facts
+
+
+def _host_containerd_facts(fs, in_use, toolkit_dirs, binaries, path, run_command, newer_release):
+    version, source = host_containerd_version(fs, run_command, fs.root == "/")
+    if version is None:
+        raise DetectError(
+            "%s %s on this node runs its pods on the host's containerd (container-runtime-endpoint %s in %s), and "
+            "that containerd's version cannot be read here (no containerd binary to ask under root /, no dpkg "
+            "record of %s); set distribution: containerd and release: <its version, such as 2.1.4>" % (
+                in_use["distribution"], in_use["release"], in_use["endpoint"], in_use["source"],
+                " or ".join(distro.CONTAINERD_PACKAGES)))
+    facts = gather(fs.root, distro.CONTAINERD, version, None, toolkit_dirs, binaries, path, run_command, newer_release)
+    facts["release_source"] = source
+    facts["runtime_in_use"] = in_use
     return facts
 
 

@@ -397,6 +397,30 @@ DISTRIBUTION_PATHS = {
     },
 }
 
+# --- the runtime that runs a k3s/rke2 node's pods ---------------------------------------------------
+# `container-runtime-endpoint` (config.yaml, config.yaml.d, --container-runtime-endpoint; no
+# environment variable) and k3s's `docker` (cri-dockerd) turn the embedded containerd off: k3s then
+# neither detects runtimes nor renders its containerd config (k3s pkg/agent/run.go; k3s-facts §2).
+# rke2 has no docker option. Sockets by the runtime that listens there (the packages' defaults;
+# /var/run is /run on every systemd distribution). Anything else cannot be identified.
+RUNTIME_EMBEDDED = "embedded-containerd"
+RUNTIME_HOST_CONTAINERD = "containerd"
+RUNTIME_DOCKER = "docker"
+RUNTIME_CRIO = "cri-o"
+RUNTIME_UNKNOWN = "unknown"
+ENDPOINT_SOCKETS = (
+    (RUNTIME_HOST_CONTAINERD, ("/run/containerd/containerd.sock",)),
+    (RUNTIME_EMBEDDED, ("/run/k3s/containerd/containerd.sock",)),
+    (RUNTIME_DOCKER, ("/run/cri-dockerd.sock", "/run/docker.sock", "/run/dockershim.sock")),
+    (RUNTIME_CRIO, ("/run/crio/crio.sock",)),
+)
+DOCKER_OPTION_DISTRIBUTIONS = (K3S,)
+# where a containerd config sets its socket: [grpc] address, and from config version 4 (containerd 2.3,
+# `containerd config default` of 2.3.4) [plugins.'io.containerd.server.v1.grpc'] address
+CONTAINERD_GRPC_TABLES = ("grpc", "plugins.io.containerd.server.v1.grpc")
+# containerd's packages, for the version of a host containerd k3s/rke2 point at (Debian/Ubuntu; Docker's repo)
+CONTAINERD_PACKAGES = ("containerd", "containerd.io")
+
 MANAGED_FILE_STEM = "50-k3s-gpu-nvidia"
 TEMPLATE_V3 = "config-v3.toml.tmpl"
 TEMPLATE_V2 = "config.toml.tmpl"

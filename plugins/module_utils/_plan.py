@@ -346,8 +346,44 @@ def normalize_runtimes(facts, requested):
 
 # --- the plan --------------------------------------------------------------------------------------
 
+# what to do instead, by the runtime a k3s/rke2 node runs its pods on (when it is not a containerd)
+_EXTERNAL_RUNTIME_FIX = {
+    distro.RUNTIME_DOCKER: "configure Docker's NVIDIA runtime instead (`nvidia-ctk runtime configure --runtime=docker`, "
+                           "then restart docker), or drop `docker` to return to the embedded containerd",
+    distro.RUNTIME_CRIO: "configure CRI-O's NVIDIA runtime instead (`nvidia-ctk runtime configure --runtime=crio`, "
+                         "then restart crio)",
+    distro.RUNTIME_UNKNOWN: "configure the NVIDIA runtimes in the runtime behind that endpoint yourself, or point the "
+                            "endpoint at the host's containerd (/run/containerd/containerd.sock or the [grpc] address "
+                            "of /etc/containerd/config.toml), which this module then configures",
+}
+_EXTERNAL_RUNTIME_NAME = {
+    distro.RUNTIME_DOCKER: "Docker (through cri-dockerd)",
+    distro.RUNTIME_CRIO: "CRI-O",
+    distro.RUNTIME_UNKNOWN: "a runtime this module cannot identify",
+}
+
+
+def refuse_external_runtime(in_use):
+    """PlanError when a k3s/rke2 node's pods run on Docker, CRI-O or an unknown CRI endpoint: k3s then renders
+    no containerd config, so nothing written for its embedded containerd would ever load."""
+    if not in_use or in_use.get("runtime") not in _EXTERNAL_RUNTIME_FIX:
+        return
+    if in_use.get("docker"):
+        setting = "`docker: true` (%s)" % in_use.get("docker_source")
+    else:
+        setting = "container-runtime-endpoint %s (%s)" % (in_use.get("endpoint"), in_use.get("source"))
+    raise PlanError(
+        "[external_runtime] %s %s on this node runs its pods on %s, set by %s, not on its embedded containerd, so "
+        "it reads no containerd template or drop-in and the NVIDIA runtimes written there would never load; %s. "
+        "Nothing was changed" % (
+            in_use.get("distribution"), in_use.get("release"), _EXTERNAL_RUNTIME_NAME[in_use["runtime"]], setting,
+            _EXTERNAL_RUNTIME_FIX[in_use["runtime"]]))
+
+
 def make_plan(facts, runtimes=None, state="present", default_runtime=None, enable_cdi=None, path=None):
     """Decide everything; raise PlanError on input that cannot be applied safely."""
+    if state == "present":
+        refuse_external_runtime(facts.get("runtime_in_use"))
     profile = facts["profile"]
     target = select_target(facts, path)
     wanted = normalize_runtimes(facts, runtimes)
@@ -356,6 +392,12 @@ def make_plan(facts, runtimes=None, state="present", default_runtime=None, enabl
             "enable_cdi": None, "notes": [], "state": state, "runtimes_explicit": runtimes is not None}
     k3s_like = profile["distribution"] != distro.CONTAINERD
     label = "%s %s" % (profile["distribution"], profile["release"])
+    in_use = facts.get("runtime_in_use") or {}
+    if in_use.get("distribution") and in_use.get("runtime") == distro.RUNTIME_HOST_CONTAINERD:
+        plan["notes"].append(
+            "%s %s runs its pods on the host's containerd (container-runtime-endpoint %s in %s): configured as plain "
+            "containerd %s, whose service restarts; the embedded containerd's files are not used" % (
+                in_use["distribution"], in_use["release"], in_use["endpoint"], in_use["source"], profile["release"]))
     if state == "absent":
         names = [r["name"] for r in wanted] if runtimes is not None else [n for n, _b in distro.NVIDIA_RUNTIMES]
         plan["remove"] = names

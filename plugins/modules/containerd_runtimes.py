@@ -291,6 +291,16 @@ facts_source:
   returned: always
   type: str
   sample: node_facts
+runtime_in_use:
+  description:
+    - The runtime that runs the node's pods (see RV(k3s_gpu.nvidia.runtime_info#module:runtime_in_use)). A k3s/rke2 node
+      pointed at the host's containerd by C(container-runtime-endpoint) is configured as plain containerd (its
+      C(/etc/containerd/config.toml), its C(containerd) service); one on Docker, CRI-O or an endpoint that cannot be
+      identified is refused, nothing written.
+  returned: always
+  type: dict
+  sample: {runtime: embedded-containerd, distribution: k3s, release: v1.33.10+k3s1, endpoint: null, source: null,
+           docker: false, docker_source: null}
 notes:
   description: Decisions worth knowing (a drop-in overriding a rendered block, a runc block added, a setting already the default).
   returned: always

@@ -129,10 +129,25 @@ EXAMPLES = r"""
 
 RETURN = r"""
 distribution:
-  description: V(k3s), V(rke2) or V(containerd).
+  description:
+    - V(k3s), V(rke2) or V(containerd).
+    - V(containerd) also on a k3s/rke2 node whose pods run on the host's containerd (RV(runtime_in_use)); the
+      other facts are then those of that containerd, and RV(release) is its version.
   returned: success
   type: str
   sample: k3s
+runtime_in_use:
+  description:
+    - The runtime that runs the node's pods and the setting that says so - V(embedded-containerd) (k3s/rke2's
+      own), V(containerd) (the host's, also plain containerd nodes), V(docker) (k3s's C(docker), cri-dockerd),
+      V(cri-o) or V(unknown) (an endpoint that is none of these).
+    - Read where k3s/rke2 read C(container-runtime-endpoint) and C(docker) - C(config.yaml), C(config.yaml.d/*.yaml)
+      in order, then the unit's C(ExecStart) with the unit's variables substituted; the last wins.
+    - M(k3s_gpu.nvidia.containerd_runtimes) refuses V(docker), V(cri-o) and V(unknown) by name (code C(external_runtime)).
+  returned: success
+  type: dict
+  sample: {runtime: containerd, distribution: k3s, release: v1.33.10+k3s1, endpoint: "unix:///run/containerd/containerd.sock",
+           source: /etc/rancher/k3s/config.yaml, docker: false, docker_source: null}
 release:
   description: The release the facts are for.
   returned: success

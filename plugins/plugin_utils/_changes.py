@@ -268,6 +268,7 @@ def result_fields(facts, plan):
         "default_runtime": plan["default_runtime"],
         "node_labels": plan.get("node_labels"),
         "notes": plan["notes"],
+        "runtime_in_use": facts.get("runtime_in_use"),
         "template_outcome": plan.get("template_outcome"),
         "template_findings": plan.get("template_findings") or [],
         "upgrade_findings": plan.get("upgrade_findings") or [],

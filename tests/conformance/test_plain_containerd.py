@@ -256,3 +256,48 @@ def test_docker_containerd_io_file_is_refused_untouched(tmp_path, line):
     with pytest.raises(planner.PlanError, match=r"kubelet cannot use this containerd.*\[cri_disabled\]"):
         node.converge(line)
     assert node.read("/etc/containerd/config.toml") == DOCKER_CONTAINERD_IO
+
+
+# A k3s node whose pods run on the host's containerd, each way k3s can be told so (config.yaml,
+# config.yaml.d, the unit's flag, a variable of the unit's env file in ExecStart, the host
+# containerd's own [grpc] address): the engine configures /etc/containerd/config.toml, which the
+# real containerd of each line then loads with every NVIDIA runtime; nothing lands in k3s's dir.
+EXTERNAL_WAYS = {
+    "config-yaml": {"/etc/rancher/k3s/config.yaml": "container-runtime-endpoint: unix:///run/containerd/containerd.sock\n"},
+    "config-yaml-d": {"/etc/rancher/k3s/config.yaml.d/50-cri.yaml": "container-runtime-endpoint: /var/run/containerd/containerd.sock\n"},
+    "unit-flag": {"/etc/systemd/system/k3s-agent.service":
+                  "[Service]\nExecStart=/usr/local/bin/k3s agent --container-runtime-endpoint /run/containerd/containerd.sock\n"},
+    "unit-variable": {"/etc/systemd/system/k3s.service":
+                      "[Service]\nEnvironmentFile=-/etc/default/k3s\nExecStart=/usr/local/bin/k3s server ${K3S_ARGS}\n",
+                      "/etc/default/k3s": "K3S_ARGS='--container-runtime-endpoint=unix:///run/containerd/containerd.sock'\n"},
+    "grpc-address": {"/etc/rancher/k3s/config.yaml": "container-runtime-endpoint: /run/site/cri.sock\n"},
+}
+
+
+@pytest.mark.parametrize("way", sorted(EXTERNAL_WAYS))
+@pytest.mark.parametrize("line", LINES)
+def test_k3s_on_the_host_containerd_is_configured_where_its_pods_run(tmp_path, line, way):
+    node = Node(tmp_path)
+    text = default_config(line)
+    if way == "grpc-address":
+        # [grpc] up to version 3, [plugins.'io.containerd.server.v1.grpc'] in version 4 (2.3)
+        text = re.sub(r"(\[(?:grpc|plugins\.'io\.containerd\.server\.v1\.grpc')\]\s*\n\s*address = )(['\"]).*?\2",
+                      r"\1'/run/site/cri.sock'", text, count=1)
+        assert "/run/site/cri.sock" in text
+    if _IMPORTS.search(text):  # upstream 2.2/2.3 import conf.d: read the node's, not this machine's
+        text = _IMPORTS.sub("imports = ['%s/*.toml']" % node.host("/etc/containerd/conf.d"), text)
+    node.write("/etc/containerd/config.toml", text)
+    node.write("/var/lib/dpkg/status", "Package: containerd\nStatus: install ok installed\nVersion: %s-1\n" % release_of(line))
+    os.makedirs(node.host("/var/lib/rancher/k3s/agent/etc/containerd"))
+    for path, content in EXTERNAL_WAYS[way].items():
+        node.write(path, content)
+    facts = detect.gather(node.root, "k3s", "v1.33.10+k3s1", binaries=list(NVIDIA.values()))
+    assert (facts["distribution"], facts["release"]) == ("containerd", release_of(line))
+    plan, file_changes = changes.compute(facts, {})
+    assert [c["node_path"] for c in file_changes] == [plan["target"]["path"]]
+    assert plan["target"]["path"] in ("/etc/containerd/config.toml", "/etc/containerd/conf.d/50-k3s-gpu-nvidia.toml")
+    assert any("host's containerd" in note for note in plan["notes"])
+    node.write(plan["target"]["path"], file_changes[0]["after"])
+    runtimes = loaded_runtimes(dump(line, node.host("/etc/containerd/config.toml")))
+    assert {name: runtimes[name]["options"]["BinaryName"] for name in NVIDIA} == NVIDIA
+    assert os.listdir(node.host("/var/lib/rancher/k3s/agent/etc/containerd")) == []
