@@ -78,6 +78,7 @@ class ActionModule(ActionBase):
         if self._task.diff and changes:
             result["diff"] = [dict(before=c["before"] or "", after=c["after"] or "", before_header=c["path"],
                                    after_header=c["path"]) for c in changes]
+        params["validate"] = changes_engine.node_validate(facts, params)
         entries = [changes_engine.write_entry(change, params) for change in changes]
         entries += changes_engine.attribute_entries(facts, plan, changes, params)
         if not entries:

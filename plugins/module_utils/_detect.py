@@ -582,6 +582,21 @@ def runtime_in_use(fs, distribution, paths, exec_line, unit_file):
     return facts
 
 
+def kubelet_facts(fs, data_dir=None):
+    """The kubelet's `cgroupDriver` and the file that sets it (None, None when no file names one)."""
+    files = [distro.KUBELET_CONFIG]
+    if data_dir:
+        directory = "%s/%s" % (data_dir.rstrip("/"), distro.KUBELET_DROPIN_DIR)
+        files += ["%s/%s" % (directory, name) for name in sorted(fs.listdir(directory)) if name.endswith(".conf")]
+    value, source = None, None
+    for path in files:
+        text = fs.read_text(path)
+        found = yaml_top_level_scalar(text, "cgroupDriver") if text else None
+        if found:
+            value, source = found, path
+    return {"cgroup_driver": value, "source": source}
+
+
 def host_containerd_version(fs, run_command, root_is_host):
     """(version, source) of the host's containerd: its binary on a host root, else dpkg's record."""
     if root_is_host and run_command is not None and find_binary(fs, distro.CONTAINERD):
@@ -884,6 +899,8 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
         facts["runtimeclasses_disabled"] = False
         facts["runtime_in_use"] = {"runtime": distro.RUNTIME_HOST_CONTAINERD, "distribution": None, "release": None,
                                    "endpoint": None, "source": None, "docker": False, "docker_source": None}
+        facts["kubelet"] = kubelet_facts(fs)
+        facts["containerd_binary"] = find_binary(fs, distribution)
     else:
         units = find_units(fs, distribution)
         service = service_environment(fs, distribution, units[0] if units else distro.DISTRIBUTION_PATHS[distribution]["units"][0])
@@ -899,7 +916,8 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
         in_use["release"] = profile["release"]
         if in_use["runtime"] == distro.RUNTIME_HOST_CONTAINERD:
             # k3s/rke2 run no containerd of their own: the node is the host's containerd, configured as such
-            return _host_containerd_facts(fs, in_use, toolkit_dirs, binaries, path, run_command, newer_release)
+            return _host_containerd_facts(fs, in_use, paths["data_dir"], toolkit_dirs, binaries, path, run_command,
+                                          newer_release)
         facts["runtime_in_use"] = in_use
         facts["files"]["generated_config"] = file_facts(fs, paths["config"], False)
         facts["release_runtimes"] = k3s_detected_runtimes(fs, profile, service["path"])
@@ -934,7 +952,7 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
     return facts
 
 
-def _host_containerd_facts(fs, in_use, toolkit_dirs, binaries, path, run_command, newer_release):
+def _host_containerd_facts(fs, in_use, data_dir, toolkit_dirs, binaries, path, run_command, newer_release):
     version, source = host_containerd_version(fs, run_command, fs.root == "/")
     if version is None:
         raise DetectError(
@@ -946,6 +964,7 @@ def _host_containerd_facts(fs, in_use, toolkit_dirs, binaries, path, run_command
     facts = gather(fs.root, distro.CONTAINERD, version, None, toolkit_dirs, binaries, path, run_command, newer_release)
     facts["release_source"] = source
     facts["runtime_in_use"] = in_use
+    facts["kubelet"] = kubelet_facts(fs, data_dir)  # k3s's kubelet: its own drop-ins too
     return facts
 
 

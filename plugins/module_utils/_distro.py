@@ -418,6 +418,11 @@ DOCKER_OPTION_DISTRIBUTIONS = (K3S,)
 # where a containerd config sets its socket: [grpc] address, and from config version 4 (containerd 2.3,
 # `containerd config default` of 2.3.4) [plugins.'io.containerd.server.v1.grpc'] address
 CONTAINERD_GRPC_TABLES = ("grpc", "plugins.io.containerd.server.v1.grpc")
+# The kubelet's config files that may set `cgroupDriver`, in the order the kubelet reads them (last wins):
+# kubeadm's /var/lib/kubelet/config.yaml; on k3s/rke2 (v1.32+) the drop-ins of
+# <data-dir>/agent/etc/kubelet.conf.d, which k3s starts with 00-k3s-defaults.conf (k3s docs, kubelet config)
+KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
+KUBELET_DROPIN_DIR = "agent/etc/kubelet.conf.d"
 # containerd's packages, for the version of a host containerd k3s/rke2 point at (Debian/Ubuntu; Docker's repo)
 CONTAINERD_PACKAGES = ("containerd", "containerd.io")
 

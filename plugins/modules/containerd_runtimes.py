@@ -32,6 +32,13 @@ description:
   - TOML is parsed and rendered on the controller (the node needs only Python's standard library); every
     file that changes is written in one execution of M(k3s_gpu.nvidia.node_files), atomically, with O(backup)
     and O(validate), and only if it is still the text the decision was made from.
+  - "On plain containerd with O(root=/) the node's own containerd reads every new config or drop-in before it replaces
+    the old one (C(<containerd> --config <new file> config dump)) unless O(validate) is given; O(validate=\"\") turns that off."
+  - "Each runtime this module adds starts from the table of the runtime C(default_runtime_name) names (runc's when unset
+    or not a runc shim), every key and option but C(runtime_type), C(BinaryName), C(runtime_engine) and C(runtime_root),
+    as C(nvidia-ctk runtime configure) does; the differences and the refusals of plain containerd (C(cri_disabled),
+    C(config_version_1), C(runtime_not_loaded), C(external_runtime)) and the C(cgroup_driver_mismatch) warning are in the
+    collection's docs/plain-containerd.md."
   - When nothing is missing nothing is written, and a drop-in or template this module created earlier and
     no longer needs is removed.
 author:
@@ -301,6 +308,15 @@ runtime_in_use:
   type: dict
   sample: {runtime: embedded-containerd, distribution: k3s, release: v1.33.10+k3s1, endpoint: null, source: null,
            docker: false, docker_source: null}
+cgroup_driver_mismatch:
+  description:
+    - Where the kubelet's C(cgroupDriver) (C(/var/lib/kubelet/config.yaml), on k3s/rke2 also its C(kubelet.conf.d)) and
+      the effective C(SystemdCgroup) of the default runtime or of a runtime this module writes disagree (plain
+      containerd only) - both values, both files and the runtimes concerned; also a task warning. Null otherwise.
+  returned: always
+  type: dict
+  sample: {kubelet_cgroup_driver: systemd, kubelet_config: /var/lib/kubelet/config.yaml,
+           containerd_config: /etc/containerd/config.toml, systemd_cgroup: {runc: false, nvidia: false}, runtimes: [runc, nvidia]}
 notes:
   description: Decisions worth knowing (a drop-in overriding a rendered block, a runc block added, a setting already the default).
   returned: always

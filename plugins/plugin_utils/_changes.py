@@ -79,6 +79,8 @@ def compute(facts, params):
     _check_rendered(facts, plan, params, reader, current, after)
     if facts["distribution"] == distro.CONTAINERD and target["mode"] in (planner.MODE_CONFIG, planner.MODE_DROPIN):
         toml.check_plain_result(after, plan, target["path"], target["schema"])
+    if facts["distribution"] == distro.CONTAINERD and plan["state"] == "present":
+        _check_cgroup_driver(facts, plan, target, after)
     changes = [_change(facts, target["key"], target["path"], after, "target")]
     if reader is not None and reader.normalized is not None and target["mode"] != planner.MODE_TEMPLATE:
         key = target["template"]
@@ -132,6 +134,54 @@ def _root_default_runtime(facts, plan, schema):
         raise toml.TomlEditError("%s: %s [toml_invalid]; containerd cannot load it either. Fix that line; nothing "
                                  "was written" % (config["path"], exc))
     return toml.inherited_runtime(data, schema, toml.own_runtime_names(plan))
+
+
+def _effective_runtimes(facts, target, after):
+    """(config path, default runtime name, {name: runtime table}) as containerd reads the root config and our
+    drop-in after this write (a drop-in's runtime tables and default_runtime_name win over the root's)."""
+    config = facts["files"].get("config") or {}
+    root_text = after if target["mode"] == planner.MODE_CONFIG else config.get("content")
+    layers = [root_text] + ([after] if target["mode"] == planner.MODE_DROPIN else [])
+    default, runtimes = None, {}
+    for text in layers:
+        if not text:
+            continue
+        try:
+            containerd = toml.containerd_section(toml.loads(text), target["schema"])
+        except tomllib.TOMLDecodeError:
+            continue  # refused elsewhere with the line
+        if containerd is None:
+            continue
+        default = containerd.get("default_runtime_name") or default
+        runtimes.update((name, table) for name, table in (containerd.get("runtimes") or {}).items() if isinstance(table, dict))
+    return config.get("path") or target["path"], default or "runc", runtimes
+
+
+def _check_cgroup_driver(facts, plan, target, after):
+    """Warn where the kubelet's cgroupDriver and SystemdCgroup of the runtimes that run pods disagree (the
+    best-known cause of crash-looping pods on kubeadm nodes). Never rewrites runc: that is the user's call."""
+    kubelet = facts.get("kubelet") or {}
+    driver = (kubelet.get("cgroup_driver") or "").strip().lower()
+    if driver not in ("systemd", "cgroupfs"):
+        plan["cgroup_driver_mismatch"] = None
+        return
+    path, default, runtimes = _effective_runtimes(facts, target, after)
+    names = [default] + sorted(r["name"] for r in plan["write"] if r["name"] != default)
+    wanted = driver == "systemd"
+    effective = dict((name, bool((runtimes[name].get("options") or {}).get("SystemdCgroup", False)))
+                     for name in names if name in runtimes)
+    wrong = [name for name, value in effective.items() if value != wanted]
+    if not wrong:
+        plan["cgroup_driver_mismatch"] = None
+        return
+    plan["cgroup_driver_mismatch"] = {"kubelet_cgroup_driver": driver, "kubelet_config": kubelet.get("source"),
+                                      "containerd_config": path, "systemd_cgroup": effective, "runtimes": wrong}
+    plan.setdefault("warnings", []).append(
+        "[cgroup_driver_mismatch] the kubelet's cgroupDriver is %s (%s) but in %s SystemdCgroup is %s for %s: pods "
+        "of those runtimes crash-loop or get killed; set SystemdCgroup = %s in %s's options and restart containerd "
+        "(the NVIDIA runtimes inherit it), or give this module's runtimes systemd_cgroup: %s" % (
+            driver, kubelet.get("source"), path, str(not wanted).lower(), ", ".join(wrong), str(wanted).lower(),
+            default, str(wanted).lower()))
 
 
 # template findings that make the current text unusable as the start of an edit
@@ -269,6 +319,7 @@ def result_fields(facts, plan):
         "node_labels": plan.get("node_labels"),
         "notes": plan["notes"],
         "runtime_in_use": facts.get("runtime_in_use"),
+        "cgroup_driver_mismatch": plan.get("cgroup_driver_mismatch"),
         "template_outcome": plan.get("template_outcome"),
         "template_findings": plan.get("template_findings") or [],
         "upgrade_findings": plan.get("upgrade_findings") or [],
@@ -291,6 +342,19 @@ def given_facts(params, binaries):
             and options.get("path") == params["path"]
             and all(b in (given.get("binaries") or {}) for b in binaries if b.startswith("/")))
     return copy.deepcopy(dict(given)) if fits else None
+
+
+def node_validate(facts, params):
+    """The validate command for containerd's TOML: the task's own (an empty string turns it off), else on
+    plain containerd with root / the node's containerd reading the new file before it replaces the old one
+    (`config dump` fails on what containerd would refuse at start). The binary is one of the fixed paths
+    runtime_info looks at, never user input."""
+    if params.get("validate") is not None:
+        return params["validate"] or None
+    binary = facts.get("containerd_binary")
+    if facts["distribution"] == distro.CONTAINERD and facts.get("root") == "/" and binary:
+        return "%s --config %%s config dump" % binary
+    return None
 
 
 def _sha1(text):

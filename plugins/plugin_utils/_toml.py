@@ -314,6 +314,12 @@ def _get(data, path):
     return data
 
 
+def containerd_section(data, schema):
+    """The CRI plugin's `containerd` table of a parsed config (runtimes, default_runtime_name), or None."""
+    section = _get(data, distro.containerd_table(schema))
+    return section if isinstance(section, dict) else None
+
+
 def loads(text):
     """tomllib.loads, by the one-pass reader where the text is plain TOML (the same answer, faster)."""
     plain = toml_read.read_plain(text.split("\n"))

@@ -301,3 +301,38 @@ def test_k3s_on_the_host_containerd_is_configured_where_its_pods_run(tmp_path, l
     runtimes = loaded_runtimes(dump(line, node.host("/etc/containerd/config.toml")))
     assert {name: runtimes[name]["options"]["BinaryName"] for name in NVIDIA} == NVIDIA
     assert os.listdir(node.host("/var/lib/rancher/k3s/agent/etc/containerd")) == []
+
+
+@pytest.mark.parametrize("case", ("default", "default-systemd"))
+@pytest.mark.parametrize("line", LINES)
+def test_cgroup_driver_warning_says_what_containerd_loads(tmp_path, line, case):
+    # kubeadm's kubelet uses the systemd driver; the warning names exactly the runtimes whose loaded
+    # SystemdCgroup (containerd's config dump) is not true
+    node = Node(tmp_path)
+    node.write("/etc/containerd/config.toml", config_case(line, case, node))
+    node.write("/var/lib/kubelet/config.yaml", "kind: KubeletConfiguration\ncgroupDriver: systemd\n")
+    plan, _file_changes = node.converge(line)
+    runtimes = loaded_runtimes(dump(line, node.host("/etc/containerd/config.toml")))
+    off = sorted(name for name in ["runc"] + list(NVIDIA) if effective(runtimes[name], "SystemdCgroup") is not True)
+    mismatch = plan["cgroup_driver_mismatch"]
+    assert sorted(mismatch["runtimes"] if mismatch else []) == off
+    assert off == ([] if case == "default-systemd" else sorted(["runc"] + list(NVIDIA)))
+
+
+@pytest.mark.parametrize("line", LINES)
+def test_the_validate_command_refuses_what_containerd_refuses(tmp_path, line):
+    # the command node_validate builds, with this line's containerd as the node's binary: the engine's
+    # result passes, a file that containerd cannot read fails (a table declared twice; a version above
+    # the line's is no test: 1.6 reads `version = 3` without a word)
+    exe, env = _binary(line)
+    command = changes.node_validate({"distribution": "containerd", "root": "/", "containerd_binary": exe}, {})
+    node = Node(tmp_path)
+    node.write("/etc/containerd/config.toml", default_config(line))
+    _plan, file_changes = node.converge(line)
+    good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
+    good.write_text(file_changes[0]["after"], encoding="utf-8")
+    first_table = re.search(r"^\s*(\[[^\[].*\])\s*$", file_changes[0]["after"], re.M).group(1)
+    bad.write_text(file_changes[0]["after"] + "\n" + first_table + "\n", encoding="utf-8")
+    for path, expected in ((good, 0), (bad, 1)):
+        proc = subprocess.run((command % path).split(), capture_output=True, text=True, timeout=60, env=env, check=False)
+        assert (proc.returncode != 0) == bool(expected), (path, proc.stderr[-500:])

@@ -215,3 +215,85 @@ def test_result_check_refuses_a_runtime_containerd_would_not_read():
         toml.check_plain_result(text, plan, CONFIG, 3)
     with pytest.raises(toml.TomlEditError, match=r"its version is None, not 2"):
         toml.check_plain_result(text.replace("version = 3\n", "").replace("io.containerd.grpc.v1.cri", "x"), plan, CONFIG, 2)
+
+
+# --- the kubelet's cgroup driver against the runtimes' SystemdCgroup --------------------------------------
+
+KUBELET = "/var/lib/kubelet/config.yaml"
+KUBEADM_KUBELET = """apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: %s
+clusterDNS:
+- 10.96.0.10
+"""
+RUNC_V3 = """version = 3
+[%(t)s]
+  default_runtime_name = "runc"
+[%(t)s.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[%(t)s.runtimes.runc.options]
+  SystemdCgroup = %(systemd)s
+"""
+
+
+@pytest.mark.parametrize("driver,systemd,mismatch", [
+    ("systemd", "false", True), ("systemd", "true", False), ("cgroupfs", "true", True), ("cgroupfs", "false", False),
+])
+def test_cgroup_driver_mismatch_is_a_warning_and_a_result(sandbox, driver, systemd, mismatch):
+    sandbox.write(KUBELET, KUBEADM_KUBELET % driver)
+    text = RUNC_V3 % {"t": V3, "systemd": systemd}
+    plan, file_changes = run(sandbox, text)
+    fields = changes.result_fields(node(sandbox, text), plan)
+    warnings = [w for w in plan.get("warnings") or [] if "[cgroup_driver_mismatch]" in w]
+    if not mismatch:
+        assert fields["cgroup_driver_mismatch"] is None and warnings == []
+        return
+    found = fields["cgroup_driver_mismatch"]
+    assert found["kubelet_cgroup_driver"] == driver and found["kubelet_config"] == KUBELET
+    assert found["containerd_config"] == CONFIG
+    assert found["runtimes"] == ["runc", "nvidia", "nvidia-cdi", "nvidia-legacy"]  # the NVIDIA ones inherit runc's
+    [warning] = warnings
+    assert KUBELET in warning and CONFIG in warning and "cgroupDriver is %s" % driver in warning
+    assert "SystemdCgroup is %s" % systemd in warning and "\n" not in warning
+    assert file_changes and "SystemdCgroup = %s" % systemd in file_changes[0]["after"]  # runc is never rewritten
+
+
+def test_user_systemd_cgroup_fixes_the_nvidia_runtimes_but_runc_is_still_named(sandbox):
+    sandbox.write(KUBELET, KUBEADM_KUBELET % "systemd")
+    plan, _file_changes = run(sandbox, RUNC_V3 % {"t": V3, "systemd": "false"}, runtimes=[
+        {"name": "nvidia", "binary": "/usr/bin/nvidia-container-runtime", "systemd_cgroup": True}])
+    assert plan["cgroup_driver_mismatch"]["runtimes"] == ["runc"]
+    assert plan["cgroup_driver_mismatch"]["systemd_cgroup"] == {"runc": False, "nvidia": True}
+
+
+def test_no_kubelet_config_no_warning(sandbox):
+    plan, _file_changes = run(sandbox, RUNC_V3 % {"t": V3, "systemd": "false"})
+    assert plan["cgroup_driver_mismatch"] is None
+
+
+def test_k3s_kubelet_dropins_count_on_the_host_containerd(sandbox):
+    # k3s on the host's containerd: its kubelet reads k3s's kubelet.conf.d (last file wins)
+    sandbox.k3s("k3s", "package")
+    sandbox.write("/var/lib/dpkg/status", "Package: containerd\nStatus: install ok installed\nVersion: 2.1.4~ds1-1\n")
+    sandbox.write("/etc/rancher/k3s/config.yaml", "container-runtime-endpoint: /run/containerd/containerd.sock\n")
+    sandbox.write("/var/lib/rancher/k3s/agent/etc/kubelet.conf.d/00-k3s-defaults.conf", "cgroupDriver: cgroupfs\n")
+    sandbox.write("/var/lib/rancher/k3s/agent/etc/kubelet.conf.d/50-site.conf", "cgroupDriver: systemd\n")
+    sandbox.write(CONFIG, RUNC_V3 % {"t": V3, "systemd": "false"})
+    facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
+    plan, _file_changes = changes.compute(facts, {})
+    assert plan["cgroup_driver_mismatch"]["kubelet_config"] == "/var/lib/rancher/k3s/agent/etc/kubelet.conf.d/50-site.conf"
+
+
+def test_node_containerd_validates_on_a_real_root_only():
+    facts = {"distribution": "containerd", "root": "/", "containerd_binary": "/usr/bin/containerd"}
+    assert changes.node_validate(facts, {}) == "/usr/bin/containerd --config %s config dump"
+    assert changes.node_validate(facts, {"validate": "/opt/check %s"}) == "/opt/check %s"
+    assert changes.node_validate(facts, {"validate": ""}) is None
+    assert changes.node_validate(dict(facts, root="/srv/image"), {}) is None  # a sandbox tree: no binary of its own runs
+    assert changes.node_validate(dict(facts, containerd_binary=None), {}) is None
+    assert changes.node_validate(dict(facts, distribution="k3s"), {}) is None  # k3s renders and loads its own config
+
+
+def test_gather_names_the_node_containerd_binary(sandbox):
+    sandbox.binary("/usr/local/bin/containerd")
+    assert detect.gather(sandbox.root, "containerd", "2.1.4")["containerd_binary"] == "/usr/local/bin/containerd"
