@@ -9,8 +9,10 @@
 
 The configs are the ones nodes really have: each line's `containerd config default` (as written, with
 `SystemdCgroup = true`, and hardened: `privileged_without_host_devices = true` and a runc `Root`), that
-file importing a conf.d (the engine then writes a drop-in), a non-runc default runtime, an empty file,
-a comment-only file, and Docker's containerd.io file (the CRI plugin disabled: refused untouched).
+file importing a conf.d (the engine then writes a drop-in), a default runtime that is no runc shim (kata)
+and one that is (crun through runc's shim), Debian's packaged config, an empty file, a comment-only file,
+Docker's containerd.io file (the CRI plugin disabled: refused untouched), and k3s/rke2 nodes pointed at
+the host's containerd each way they can be.
 For each, after the engine's write:
 - containerd loads the file and every NVIDIA runtime is in the loaded config;
 - each NVIDIA runtime's effective privileged_without_host_devices, SystemdCgroup and Root equal the
@@ -155,14 +157,36 @@ def config_case(line, case, node):
         text = re.sub(r"default_runtime_name = (['\"])runc\1", "default_runtime_name = 'kata'", text, count=1)
         header = re.search(r"^([ \t]*)\[(plugins\..*\.runtimes)\.runc\]$", text, re.M)
         return text + "\n[%s.kata]\n  runtime_type = 'io.containerd.kata.v2'\n  privileged_without_host_devices = true\n" % header.group(2)
+    if case == "crun-default":
+        # a default runtime that is another runc shim (crun through runc's shim): its own settings, not runc's
+        text = _IMPORTS.sub("imports = []", text)
+        text = _in_runc(text, r"SystemdCgroup = false", "SystemdCgroup = true")
+        text = re.sub(r"default_runtime_name = (['\"])runc\1", "default_runtime_name = 'crun'", text, count=1)
+        header = re.search(r"^([ \t]*)\[(plugins\..*\.runtimes)\.runc\]$", text, re.M)
+        return text + ("\n[%s.crun]\n  runtime_type = 'io.containerd.runc.v2'\n  privileged_without_host_devices = true\n"
+                       "[%s.crun.options]\n  BinaryName = '/usr/bin/crun'\n  SystemdCgroup = false\n  Root = '/run/crun'\n"
+                       % (header.group(2), header.group(2)))
+    if case == "debian-package":
+        return debian_package_config(line)
     return {"empty": "", "comments": "# written by the image build\n# (nothing else)\n"}[case]
 
 
-CASES = ("default", "default-systemd", "default-hardened", "default-hardened-dropin", "kata-default", "empty", "comments")
+def debian_package_config(line):
+    """The /etc/containerd/config.toml Debian's containerd package of that line ships (no runtime table at all;
+    version 2 also in the 2.x package)."""
+    bin_dir = lab.versions()[line]["bin_dir"]
+    path = os.path.join(os.path.dirname(os.path.dirname(bin_dir)), "etc", "containerd", "config.toml")
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
 
 
-@pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("line", LINES)
+CASES = ("default", "default-systemd", "default-hardened", "default-hardened-dropin", "kata-default", "crun-default",
+         "empty", "comments")
+# Debian's package only exists for the Debian lines (upstream 2.2.7 and 2.3.4 ship no config file)
+PACKAGE_CASES = [(line, "debian-package") for line in lab.LINES]
+
+
+@pytest.mark.parametrize("line,case", [(line, case) for line in LINES for case in CASES] + PACKAGE_CASES)
 def test_every_runtime_loads_and_inherits_the_default_runtime(tmp_path, line, case):
     node = Node(tmp_path)
     node.write("/etc/containerd/config.toml", config_case(line, case, node))
@@ -174,11 +198,15 @@ def test_every_runtime_loads_and_inherits_the_default_runtime(tmp_path, line, ca
         assert plan["target"]["mode"] == (planner.MODE_DROPIN if merges else planner.MODE_CONFIG)
     data = dump(line, node.host("/etc/containerd/config.toml"))
     runtimes = loaded_runtimes(data)
+    source = "crun" if case == "crun-default" else "runc"  # kata is no runc shim: runc's table is the start
     for name, binary in NVIDIA.items():
         assert runtimes[name]["options"]["BinaryName"] == binary, (name, sorted(runtimes))
         assert runtimes[name]["runtime_type"] == "io.containerd.runc.v2"
         for key in INHERITED:
-            assert effective(runtimes[name], key) == effective(runtimes["runc"], key), (name, key)
+            assert effective(runtimes[name], key) == effective(runtimes[source], key), (name, key)
+    if case == "crun-default":
+        assert runtimes["nvidia"]["options"]["SystemdCgroup"] is False and runtimes["runc"]["options"]["SystemdCgroup"] is True
+        assert runtimes["nvidia"]["privileged_without_host_devices"] is True
     if "hardened" in case:
         assert runtimes["nvidia"]["privileged_without_host_devices"] is True
         assert runtimes["nvidia"]["options"]["Root"] == "/run/runc-root"
@@ -193,7 +221,7 @@ def _ctk():
     return CTK
 
 
-@pytest.mark.parametrize("case", ("default", "default-hardened", "kata-default"))
+@pytest.mark.parametrize("case", ("default", "default-hardened", "kata-default", "crun-default", "empty"))
 @pytest.mark.parametrize("line", LINES)
 def test_nvidia_gets_what_nvidia_ctk_gives_it(tmp_path, line, case):
     ours = Node(tmp_path / "ours")
@@ -214,7 +242,9 @@ def test_nvidia_gets_what_nvidia_ctk_gives_it(tmp_path, line, case):
     their_nvidia = loaded_runtimes(dump(line, config))["nvidia"]
 
     def comparable(table):
-        return json.dumps({k: v for k, v in table.items() if k not in NOT_COPIED}, sort_keys=True)
+        # effective values: an option containerd prints as its Go zero value is the same as one not printed
+        options = {k: v for k, v in (table.get("options") or {}).items() if v not in (False, "", 0)}
+        return json.dumps(dict({k: v for k, v in table.items() if k not in NOT_COPIED}, options=options), sort_keys=True)
 
     if case == "kata-default":
         # nvidia-ctk copies the default runtime whatever its shim: its `nvidia` becomes a kata runtime that
@@ -271,6 +301,7 @@ EXTERNAL_WAYS = {
                       "[Service]\nEnvironmentFile=-/etc/default/k3s\nExecStart=/usr/local/bin/k3s server ${K3S_ARGS}\n",
                       "/etc/default/k3s": "K3S_ARGS='--container-runtime-endpoint=unix:///run/containerd/containerd.sock'\n"},
     "grpc-address": {"/etc/rancher/k3s/config.yaml": "container-runtime-endpoint: /run/site/cri.sock\n"},
+    "rke2-config-yaml": {"/etc/rancher/rke2/config.yaml": "container-runtime-endpoint: unix:///run/containerd/containerd.sock\n"},
 }
 
 
@@ -288,10 +319,12 @@ def test_k3s_on_the_host_containerd_is_configured_where_its_pods_run(tmp_path, l
         text = _IMPORTS.sub("imports = ['%s/*.toml']" % node.host("/etc/containerd/conf.d"), text)
     node.write("/etc/containerd/config.toml", text)
     node.write("/var/lib/dpkg/status", "Package: containerd\nStatus: install ok installed\nVersion: %s-1\n" % release_of(line))
-    os.makedirs(node.host("/var/lib/rancher/k3s/agent/etc/containerd"))
+    distribution = "rke2" if way.startswith("rke2") else "k3s"
+    os.makedirs(node.host("/var/lib/rancher/%s/agent/etc/containerd" % distribution))
     for path, content in EXTERNAL_WAYS[way].items():
         node.write(path, content)
-    facts = detect.gather(node.root, "k3s", "v1.33.10+k3s1", binaries=list(NVIDIA.values()))
+    release = "v1.33.10+k3s1" if distribution == "k3s" else "v1.33.10+rke2r1"
+    facts = detect.gather(node.root, distribution, release, binaries=list(NVIDIA.values()))
     assert (facts["distribution"], facts["release"]) == ("containerd", release_of(line))
     plan, file_changes = changes.compute(facts, {})
     assert [c["node_path"] for c in file_changes] == [plan["target"]["path"]]
@@ -300,7 +333,7 @@ def test_k3s_on_the_host_containerd_is_configured_where_its_pods_run(tmp_path, l
     node.write(plan["target"]["path"], file_changes[0]["after"])
     runtimes = loaded_runtimes(dump(line, node.host("/etc/containerd/config.toml")))
     assert {name: runtimes[name]["options"]["BinaryName"] for name in NVIDIA} == NVIDIA
-    assert os.listdir(node.host("/var/lib/rancher/k3s/agent/etc/containerd")) == []
+    assert os.listdir(node.host("/var/lib/rancher/%s/agent/etc/containerd" % distribution)) == []
 
 
 @pytest.mark.parametrize("case", ("default", "default-systemd"))
