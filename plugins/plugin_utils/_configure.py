@@ -1,0 +1,84 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""What k3s_gpu.nvidia.containerd_runtimes does, for every caller on the controller (its own action plugin and
+the gpu_node role's host step): facts from the node in one round trip (none when a fitting runtime_info result
+is handed over), TOML decisions here, and every file that changes written in one k3s_gpu.nvidia.node_files
+execution, each only if it is still the text the decision was made from.
+
+PRIVATE to the collection. `execute_module(name, args)` runs a module on the host of the task."""
+
+from __future__ import annotations
+
+import os
+
+from ansible import constants as C
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes_engine
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _check_cache as check_cache
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+
+
+def read_node(execute_module, params, binaries=()):
+    """A runtime_info reading with the file texts, for these options. The module's result (failed included)."""
+    return execute_module("k3s_gpu.nvidia.runtime_info", dict(
+        root=params["root"], distribution=params["distribution"], release=params["release"], data_dir=params["data_dir"],
+        toolkit_dirs=params["toolkit_dirs"], path=params.get("path"), newer_release=params["newer_release"],
+        binaries=[b for b in binaries if b.startswith("/")], include_content=True))
+
+
+def run(result, params, execute_module, want_diff):
+    """Fill the task result of containerd_runtimes for params (validated by its argument spec)."""
+    binaries = sorted(set(r["binary"] for r in params["runtimes"] or [] if r.get("binary")))
+    facts = changes_engine.given_facts(params, binaries)
+    if facts is not None and (facts.get("read_options") or {}).get("newer_release", "refuse") != params["newer_release"]:
+        facts = None  # read with another newer_release policy: the profile may be refused or assumed differently
+    result["facts_source"] = "node_facts" if facts is not None else "read"
+    if facts is None:
+        facts = read_node(execute_module, params, binaries)
+        if facts.get("failed"):
+            result.update(failed=True, msg=facts.get("msg"))
+            return result
+        # the reading's warnings become this task's (ansible-core 2.19+ hands them over as WarningSummary
+        # objects, which Display.warning does not take; the task result's `warnings` takes both)
+        result.setdefault("warnings", []).extend(facts.get("warnings") or [])
+    elif facts["profile"].get("assumed_warning"):
+        result.setdefault("warnings", []).append(facts["profile"]["assumed_warning"])  # this task writes on it too
+    for binary in binaries:
+        facts["binaries"].setdefault(binary, {"path": binary, "state": "relative"})
+    # hosts of one run share the template checks' verdicts (the run's local temporary directory)
+    params["_check_cache"] = check_cache.CheckCache(os.path.join(C.DEFAULT_LOCAL_TMP, "k3s-gpu-template-checks"))
+    try:
+        plan, changes = changes_engine.compute(facts, params)
+    except (planner.PlanError, toml.TomlEditError) as exc:
+        result.update(failed=True, msg=str(exc), changed=False)
+        return result
+    result.update(changes_engine.result_fields(facts, plan))
+    if plan.get("warnings"):
+        result.setdefault("warnings", []).extend(plan["warnings"])  # after the reading's (newer_release) ones
+    result["changed"] = bool(changes)
+    result["files"] = [{"path": c["path"], "node_path": c["node_path"], "backup_file": None,
+                        "action": "removed" if c["after"] is None else "updated" if c["exists"] else "created"}
+                       for c in changes]
+    if want_diff and changes:
+        result["diff"] = [dict(before=c["before"] or "", after=c["after"] or "", before_header=c["path"],
+                               after_header=c["path"]) for c in changes]
+    params["validate"] = changes_engine.node_validate(facts, params)
+    entries = [changes_engine.write_entry(change, params) for change in changes]
+    entries += changes_engine.attribute_entries(facts, plan, changes, params)
+    if not entries:
+        return result
+    written = execute_module("k3s_gpu.nvidia.node_files", dict(files=entries))
+    outcomes = written.get("files") or []
+    for entry, outcome in zip(result["files"], outcomes):
+        entry["backup_file"] = outcome.get("backup_file")
+    if any(o.get("action") == "attributes" for o in outcomes[len(changes):]):
+        result["changed"] = True
+    if written.get("failed"):
+        # files applied before the failure stay applied; report exactly those
+        result.update(failed=True, changed=bool(outcomes), files=result["files"][:len(outcomes)],
+                      msg="writing the containerd files failed: %s" % written.get("msg"))
+    return result
