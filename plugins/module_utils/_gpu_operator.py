@@ -550,7 +550,7 @@ def plan_host(info, settings, host=""):
         "runtimes_detected": [r["name"] for r in info["release_runtimes"]],
         "gpu_operator": info["gpu_operator"]["present"], "mode": settings["mode"],
         "operator_runtimes": list(info["gpu_operator"]["runtimes"]), "pending": [], "handlers": [], "written": [],
-        "rendered_by_release": [], "skipped": [], "restarted": False, "verified": None, "reboot_required": False,
+        "rendered_by_release": [], "runtimes_skipped": [], "restarted": False, "verified": None, "reboot_required": False,
     }
     if not selected:
         message = ("%s: no NVIDIA GPU on the PCI bus and no NVIDIA driver loaded; nothing is changed on this host. Set "

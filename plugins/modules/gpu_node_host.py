@@ -1,0 +1,90 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: gpu_node_host
+short_description: Internal - the k3s_gpu.nvidia.gpu_node role's step on one host
+version_added: 0.2.0
+description:
+  - B(Internal to the role k3s_gpu.nvidia.gpu_node; its options and results may change without notice.) Use the role.
+  - Reads the node (M(k3s_gpu.nvidia.runtime_info)), decides what the role does on it, and when nothing has to be
+    installed first configures its containerd as M(k3s_gpu.nvidia.containerd_runtimes) does, in one task. The role
+    registers the result as C(gpu_node_result).
+  - Reads the role's C(gpu_node_*) variables itself, converted by the role's argument spec (so text such as C(false)
+    from C(-e) or an INI inventory is a boolean), and warns about a C(gpu_node_*) variable the role does not know.
+author:
+  - k3s_gpu.nvidia maintainers (@k3s-gpu)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+attributes:
+  action:
+    support: full
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
+options:
+  phase:
+    description:
+      - V(plan) reads, decides and configures when nothing is due to be installed; V(configure) configures after the
+        role's installs, from O(node_facts) and O(plan).
+    type: str
+    default: plan
+    choices: [plan, configure]
+  node_facts:
+    description: The reading to configure from (O(phase=configure)).
+    type: dict
+  plan:
+    description: The decision of the V(plan) phase (O(phase=configure)).
+    type: dict
+seealso:
+  - module: k3s_gpu.nvidia.containerd_runtimes
+  - module: k3s_gpu.nvidia.runtime_info
+"""
+
+EXAMPLES = r"""
+# Internal: the role k3s_gpu.nvidia.gpu_node calls it.
+- name: Read, decide and configure this host
+  k3s_gpu.nvidia.gpu_node_host:
+  register: gpu_node_result
+"""
+
+RETURN = r"""
+status:
+  description: V(configured) or V(skipped) (with O(k3s_gpu.nvidia.gpu_node_host#module:phase=plan) on a host without GPU).
+  returned: always
+  type: str
+  sample: configured
+install_due:
+  description: Whether the role installs, removes or generates something before it configures containerd.
+  returned: success
+  type: bool
+  sample: false
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(phase=dict(type="str", default="plan", choices=["plan", "configure"]),
+                                              node_facts=dict(type="dict"), plan=dict(type="dict")),
+                           supports_check_mode=True)
+    module.fail_json(msg="k3s_gpu.nvidia.gpu_node_host runs through its action plugin, inside the role k3s_gpu.nvidia.gpu_node")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The gpu_node role's variables as its argument spec converts them, for the role's action plugins.
+
+Ansible checks a role's variables against meta/argument_specs.yml but hands the role the raw values: `-e
+gpu_node_force=false` and `gpu_node_toolkit_install=false` under an INI `[group:vars]` arrive as the text
+"false", which Jinja finds truthy. The role's decisions read the converted values from here instead, and
+a misspelled `gpu_node_*` variable draws a warning naming the closest known one.
+
+PRIVATE to the collection."""
+
+from __future__ import annotations
+
+import difflib
+import os
+
+import yaml
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.parsing.convert_bool import BOOLEANS, boolean
+
+SPEC_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))),
+                         "roles", "gpu_node", "meta", "argument_specs.yml")
+PREFIX = "gpu_node_"
+# what the role sets itself (facts of its results), never a setting
+ROLE_FACTS = ("gpu_node_result", "gpu_node_reboot_required")
+_SPEC_KEYS = ("type", "elements", "default", "choices", "options", "required", "aliases", "no_log")
+_SPECS = {}
+
+
+class RoleVarsError(ValueError):
+    """A role variable that its argument spec refuses; the message names the variable."""
+
+
+def _argument_spec(options):
+    spec = {}
+    for name, option in options.items():
+        entry = dict((k, v) for k, v in option.items() if k in _SPEC_KEYS)
+        if isinstance(entry.get("options"), dict):
+            entry["options"] = _argument_spec(entry["options"])
+        spec[name] = entry
+    return spec
+
+
+def role_spec(entry_point="main"):
+    """{variable: argument spec} of an entry point of the role (read once per controller process)."""
+    if entry_point not in _SPECS:
+        with open(SPEC_FILE, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+        _SPECS[entry_point] = _argument_spec(data["argument_specs"][entry_point]["options"])
+    return _SPECS[entry_point]
+
+
+def read(task_vars, template, names, entry_point="main"):
+    """The role variables `names`, templated (`template(value)`) and converted by the entry point's spec.
+
+    Returns ({name without the gpu_node_ prefix: value}, [warnings]). Raises RoleVarsError."""
+    spec = role_spec(entry_point)
+    wanted = dict((name, spec[name]) for name in names)
+    values = {}
+    for name in names:
+        if name in task_vars:
+            values[name] = template(task_vars[name])
+    if "gpu_node_operator_driver" in values and str(values["gpu_node_operator_driver"]).lower() in BOOLEANS:
+        values["gpu_node_operator_driver"] = boolean(values["gpu_node_operator_driver"])  # auto, or a bool as text
+    validated = ArgumentSpecValidator(wanted).validate(values)
+    if validated.error_messages:
+        raise RoleVarsError("; ".join(validated.error_messages))
+    return dict((name[len(PREFIX):], value) for name, value in validated.validated_parameters.items()), []
+
+
+def unknown_variables(task_vars, entry_point="main"):
+    """A warning for each gpu_node_* variable the role does not know, with the closest known name."""
+    known = set(role_spec(entry_point)) | set(ROLE_FACTS)
+    warnings = []
+    for name in sorted(task_vars):
+        if not name.startswith(PREFIX) or name.startswith(PREFIX + "_") or name in known:
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+        warnings.append("%s is not a variable of the k3s_gpu.nvidia.gpu_node role and is ignored%s" % (
+            name, "; did you mean %s?" % close[0] if close else ""))
+    return warnings

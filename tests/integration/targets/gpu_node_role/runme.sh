@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# The role's variables as users give them (-e, INI, YAML), and its refusals as users see them: one
+# `fatal: [host]: FAILED! => {"msg": ...}` that names the role's variables, with no templating noise.
+# Sandbox nodes only (gpu_node_root): stub NVIDIA binaries, a driver and PCI files; nothing of this machine.
+set -euo pipefail
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export ANSIBLE_STDOUT_CALLBACK=ansible.builtin.default ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0
+
+node() {  # node NAME GPU(yes|no)
+    local root=$work/nodes/$1
+    mkdir -p "$root/var/lib/rancher/k3s/agent/etc/containerd" "$root/usr/bin"
+    for binary in nvidia-container-runtime nvidia-container-runtime.cdi nvidia-container-runtime.legacy; do
+        printf '#!/bin/sh\nexit 0\n' > "$root/usr/bin/$binary"
+        chmod 0755 "$root/usr/bin/$binary"
+    done
+    if [[ $2 == yes ]]; then
+        mkdir -p "$root/proc/driver/nvidia/gpus/0000:17:00.0" "$root/dev" "$root/sys/bus/pci/devices/0000:17:00.0"
+        echo "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build" > "$root/proc/driver/nvidia/version"
+        : > "$root/dev/nvidia0"
+        echo 0x10de > "$root/sys/bus/pci/devices/0000:17:00.0/vendor"
+        echo 0x030200 > "$root/sys/bus/pci/devices/0000:17:00.0/class"
+    fi
+}
+
+fresh() {
+    rm -rf "$work/nodes" "$work"/result-*.json
+    node gpu yes
+    node cpu no
+}
+
+# INI inventory: every value is text, as in a real [group:vars] section
+cat > "$work/hosts.ini" <<INI
+[agent]
+gpu
+cpu
+
+[agent:vars]
+ansible_connection=local
+ansible_python_interpreter="{{ ansible_playbook_python }}"
+gpu_node_distribution=k3s
+gpu_node_release=v1.33.10+k3s1
+gpu_node_toolkit_install=false
+gpu_node_restart=false
+INI
+cat > "$work/hosts.yml" <<YAML
+all:
+  vars:
+    ansible_connection: local
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+    gpu_node_distribution: k3s
+    gpu_node_release: v1.33.10+k3s1
+    gpu_node_toolkit_install: false
+    gpu_node_force: false
+  hosts:
+    gpu: {}
+    cpu: {}
+YAML
+
+run() {  # run INVENTORY [ansible-playbook args...]: output in $work/out
+    local inventory=$1
+    shift
+    set +e
+    ansible-playbook -i "$work/$inventory" -e "work_dir=$work" \
+        -e "{\"gpu_node_root\": \"$work/nodes/{{ inventory_hostname }}\"}" "$@" play.yml > "$work/out" 2>&1
+    status=$?
+    set -e
+}
+
+status_of() {
+    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["status"])' "$work/result-$1.json"
+}
+
+expect() {  # expect DESCRIPTION CONDITION...
+    local what=$1
+    shift
+    if "$@"; then
+        echo "ok: $what"
+    else
+        echo "FAILED: $what"
+        tail -40 "$work/out"
+        exit 1
+    fi
+}
+
+in_out() { grep -qF -- "$1" "$work/out"; }
+not_in_out() { ! grep -qF -- "$1" "$work/out"; }
+
+# 1. text booleans from INI: gpu_node_toolkit_install=false is false (it was refused as "got 'false'")
+fresh
+run hosts.ini
+expect "INI text booleans converge (rc $status)" test "$status" -eq 0
+expect "INI: the GPU host is configured" test "$(status_of gpu)" = configured
+expect "INI: the CPU host is left alone" test "$(status_of cpu)" = skipped
+expect "INI: no 'must be true or false'" not_in_out "must be true or false"
+
+# 2. -e gpu_node_force=false is false (the string was truthy: a CPU host was configured)
+fresh
+run hosts.yml -e gpu_node_force=false
+expect "-e gpu_node_force=false leaves the CPU host alone" test "$(status_of cpu)" = skipped
+fresh
+run hosts.yml -e gpu_node_force=true
+expect "-e gpu_node_force=true configures the CPU host" test "$(status_of cpu)" = configured
+
+# 3. YAML booleans, and a misspelled variable draws a warning naming the right one
+fresh
+run hosts.yml -e gpu_node_forse=true
+expect "YAML inventory converges (rc $status)" test "$status" -eq 0
+expect "YAML: the CPU host is left alone" test "$(status_of cpu)" = skipped
+expect "a misspelled variable is named with the closest one" in_out "gpu_node_forse is not a variable of the k3s_gpu.nvidia.gpu_node role and is ignored; did you mean gpu_node_force?"
+
+# 4. a refusal is one clean failure naming the user's variables, every file as it was
+fresh
+before=$(find "$work/nodes" -printf '%p %s %m\n' | sort | sha256sum)
+run hosts.yml -e gpu_node_release=v1.28.3+k3s1 --limit gpu
+after=$(find "$work/nodes" -printf '%p %s %m\n' | sort | sha256sum)
+expect "a known-bad release fails the host (rc $status)" test "$status" -ne 0
+expect "... as one fatal line with the cause first" in_out 'fatal: [gpu]: FAILED! => {"changed": false, "msg": "gpu: k3s v1.28.3+k3s1: its template fails to render'
+expect "... without a filter's wrapping" not_in_out "Finalization of task args"
+expect "... without the filter's name" not_in_out "gpu_node_plan"
+expect "... nothing changed" test "$before" = "$after"
+
+fresh
+run hosts.yml -e gpu_node_release= --limit gpu
+expect "no release under a sandbox root fails (rc $status)" test "$status" -ne 0
+expect "... naming gpu_node_release, not the module option" in_out "set gpu_node_release"
+expect "... not 'pass release='" not_in_out "pass release="
+
+fresh
+run hosts.yml -e gpu_node_mode=hybrid --limit gpu
+expect "a bad choice fails (rc $status)" test "$status" -ne 0
+expect "... naming the variable" in_out "gpu_node_mode"
