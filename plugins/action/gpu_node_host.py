@@ -41,8 +41,13 @@ _OPTION_NAMES = (
     (re.compile(r"\bset distribution and release\b"), "set gpu_node_distribution and gpu_node_release"),
     (re.compile(r"\bset distribution: (\S+) and release: "), r"set gpu_node_distribution: \1 and gpu_node_release: "),
     (re.compile(r"\bset distribution\b"), "set gpu_node_distribution"),
+    (re.compile(r"\bbut distribution is\b"), "but gpu_node_distribution is"),
     (re.compile(r"\bnewer_release\b"), "gpu_node_newer_release"),
 )
+
+# The release other inventories ask for (k3s-ansible, rke2-ansible, lablabs.rke2), read when gpu_node_release is
+# empty: the role then plans for it, also before k3s/rke2 is installed (reference facts-2026-12: inventories)
+INVENTORY_RELEASES = (("k3s_version", distro.K3S), ("rke2_install_version", distro.RKE2), ("rke2_version", distro.RKE2))
 
 CONFIGURE_SPEC = dict(CONTAINERD_RUNTIMES_SPEC)
 CONFIGURE_SPEC.update((k, v) for k, v in FILE_COMMON_ARGUMENTS.items() if k in changes_engine.FILE_ARGS)
@@ -52,6 +57,15 @@ def in_role_terms(message):
     for pattern, replacement in _OPTION_NAMES:
         message = pattern.sub(replacement, message or "")
     return message
+
+
+def inventory_release(task_vars, template):
+    """(variable, release, distribution) of the first of INVENTORY_RELEASES the inventory sets, else None."""
+    for name, distribution in INVENTORY_RELEASES:
+        value = template(task_vars[name]) if name in task_vars else None
+        if isinstance(value, str) and value.strip():
+            return name, value.strip(), distribution
+    return None
 
 
 def cdi_due(info, plan, settings):
@@ -126,6 +140,11 @@ class ActionModule(ActionBase):
 
     def _plan(self, result, settings, task_vars, execute_module):
         host = self._host
+        if not settings["release"]:
+            found = inventory_release(task_vars, self._templar.template)
+            if found and settings["distribution"] in ("auto", found[2]):
+                settings = dict(settings, release=found[1], distribution=found[2])
+                result["release_from"] = found[0]
         read = dict(root=settings["root"], distribution=settings["distribution"], release=settings["release"] or None,
                     newer_release=settings["newer_release"], data_dir=settings["data_dir"] or None,
                     toolkit_dirs=settings["toolkit_dirs"])

@@ -264,12 +264,6 @@ def host_toolkit_facts(fs, service_path, toolkit_dirs):
 _ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
 
 
-def _unquote(value):
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-        return value[1:-1]
-    return value
-
-
 def parse_env_file(text, env):
     """systemd EnvironmentFile= semantics: KEY=VALUE, quotes, comments; NO $VAR expansion.
 
@@ -445,6 +439,7 @@ def yaml_top_level_scalar(text, key):
 
 
 def _unquote(item):
+    """A value without its surrounding quotes (env files, unit arguments, simple YAML)."""
     item = item.strip()
     if item[:1] in ("'", '"') and item[-1:] == item[:1] and len(item) > 1:
         return item[1:-1]
@@ -877,6 +872,7 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
     """
     fs = NodeFS(root)
     root_is_host = fs.root == "/"
+    asked_for = distribution != "auto"
     if distribution == "auto":
         distribution, found = guess_distribution(fs, data_dir)
         if distribution is None:
@@ -885,6 +881,13 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
             raise DetectError("neither k3s, rke2 nor containerd was found under %s; set distribution and release" % fs.root)
     release, release_source = _release_of(fs, distribution, release, run_command, root_is_host)
     profile = distro.profile(distribution, release, newer_release)
+    if asked_for and distribution in (distro.K3S, distro.RKE2):
+        _guessed, found = guess_distribution(fs, data_dir)
+        if found and distribution not in found and distro.CONTAINERD not in found:
+            # asked for rke2 on a k3s node (or the reverse): writing would create the other's trees for nothing
+            raise DetectError("%s was asked for, but the node under %s has %s (binary, unit or data directory) and no %s; "
+                              "set distribution to %s, or auto" % (distribution, fs.root, " and ".join(found), distribution,
+                                                                  found[0]))
     paths = distro.distribution_paths(distribution, data_dir)
     facts = {"distribution": distribution, "release": profile["release"], "release_source": release_source,
              "root": fs.root, "profile": profile, "paths": paths, "known_bad_release": profile["known_bad"]}

@@ -128,6 +128,48 @@ expect "... naming gpu_node_release, not the module option" in_out "set gpu_node
 expect "... not 'pass release='" not_in_out "pass release="
 
 fresh
+run hosts.yml -e gpu_node_distribution=rke2 --limit gpu
+expect "a k3s release for rke2 fails naming gpu_node_distribution" in_out "is a k3s release, but gpu_node_distribution is rke2"
+
+fresh
 run hosts.yml -e gpu_node_mode=hybrid --limit gpu
 expect "a bad choice fails (rc $status)" test "$status" -ne 0
 expect "... naming the variable" in_out "gpu_node_mode"
+
+fresh
+run hosts.yml -e gpu_node_distribution=rke2 -e gpu_node_release=v1.33.10+rke2r1 --limit gpu
+expect "rke2 asked on a k3s node fails (rc $status)" test "$status" -ne 0
+expect "... naming gpu_node_distribution" in_out "set gpu_node_distribution to k3s"
+expect "... and no rke2 tree was created" test ! -e "$work/nodes/gpu/var/lib/rancher/rke2"
+expect "... nor /etc/rancher/rke2" test ! -e "$work/nodes/gpu/etc/rancher/rke2"
+
+# 5. a k3s-ansible inventory (groups k3s_cluster > server/agent, k3s_version) and k3s not installed yet
+fresh
+rm -rf "$work/nodes/gpu/var/lib/rancher"
+cat > "$work/k3s-ansible.yml" <<YAML
+k3s_cluster:
+  vars:
+    ansible_connection: local
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+    k3s_version: v1.33.10+k3s1
+    gpu_node_toolkit_install: false
+  children:
+    server:
+      hosts:
+        cpu: {}
+    agent:
+      hosts:
+        gpu: {}
+YAML
+run k3s-ansible.yml
+expect "k3s-ansible's k3s_version alone converges (rc $status)" test "$status" -eq 0
+expect "... the GPU agent is configured for k3s v1.33.10" python3 -c '
+import json, sys
+result = json.load(open(sys.argv[1]))
+assert (result["status"], result["distribution"], result["release"], result["release_from"]) == (
+    "configured", "k3s", "v1.33.10+k3s1", "k3s_version"), result' "$work/result-gpu.json"
+expect "... into the drop-in k3s will import" test -f "$work/nodes/gpu/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml"
+run k3s-ansible.yml
+expect "... and a second run changes nothing" python3 -c '
+import json, sys
+assert json.load(open(sys.argv[1]))["changed"] is False' "$work/result-gpu.json"

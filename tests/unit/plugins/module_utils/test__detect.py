@@ -294,3 +294,19 @@ def test_cdi_spec_current_for_the_loaded_driver(sandbox):
     sandbox.write("/var/run/cdi/nvidia.yaml", spec)
     sandbox.write("/dev/nvidia2")
     assert detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")["cdi"]["specs"][0]["current"] is False
+
+
+@pytest.mark.parametrize("asked,present", [("rke2", "k3s"), ("k3s", "rke2")])
+def test_asked_distribution_the_node_contradicts_is_refused(sandbox, asked, present):
+    sandbox.k3s(present)
+    release = "v1.33.10+k3s1" if asked == "k3s" else "v1.33.10+rke2r1"
+    with pytest.raises(detect.DetectError, match="%s was asked for, but the node under .* has %s .*set distribution to %s" % (
+            asked, present, present)):
+        detect.gather(sandbox.root, asked, release)
+    assert not sandbox.exists("/var/lib/rancher/%s" % asked)
+
+
+def test_asked_distribution_on_an_empty_tree_is_planned_for(sandbox):
+    # nothing installed yet (an inventory that says k3s_version): the tree is k3s's from the first run
+    facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
+    assert facts["distribution"] == "k3s" and facts["release_source"] == "option"
