@@ -169,8 +169,8 @@ def test_every_code_is_in_the_outcome_table_with_its_outcome():
 
 
 def test_the_role_refuses_before_installing_the_toolkit(sandbox):
-    from ansible.errors import AnsibleFilterError
-    from ansible_collections.k3s_gpu.nvidia.plugins.filter.gpu_node_plan import gpu_node_plan
+    from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._gpu_operator import GpuOperatorPlanError
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
     settings = {"force": True, "root": "/", "mode": "host", "operator_toolkit": True, "operator_driver": "auto",
                 "toolkit_install": True, "driver_install": False, "driver_reboot": "if_needed", "default_runtime": "",
                 "remove_operator_leftovers": False, "local_connection": False}
@@ -178,9 +178,9 @@ def test_the_role_refuses_before_installing_the_toolkit(sandbox):
                  '  runtime_type = "io.containerd.runc.v2"\n'
     node = facts(sandbox, template=own_nvidia)
     node["files"]["template_v3"]["content"] = own_nvidia  # as runtime_info returns it with include_content
-    with pytest.raises(AnsibleFilterError, match=r"gpu1: the NVIDIA toolkit is not installed, because .*line 2: .*"
-                                                 r"\[after_install_duplicate\]"):
-        gpu_node_plan(node, settings, host="gpu1")
+    with pytest.raises(GpuOperatorPlanError, match=r"gpu1: the NVIDIA toolkit is not installed, because .*line 2: .*"
+                                                   r"\[after_install_duplicate\]"):
+        host_step.plan_host(node, settings, "gpu1")
     fine = facts(sandbox, template='{{ template "base" . }}\n')
-    assert gpu_node_plan(fine, settings, host="gpu1")["mode"]["install_toolkit"] is True
-    assert gpu_node_plan(node, dict(settings, toolkit_install=False), host="gpu1")["selected"]
+    assert host_step.plan_host(fine, settings, "gpu1")["mode"]["install_toolkit"] is True
+    assert host_step.plan_host(node, dict(settings, toolkit_install=False), "gpu1")["selected"]

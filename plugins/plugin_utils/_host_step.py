@@ -1,0 +1,98 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The gpu_node role's decisions about one host (pure, controller side), for its host step action.
+
+PRIVATE to the collection."""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _gpu_operator as gpu_operator
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes_engine
+
+# module options named in messages of the modules, and the role variables a user sets instead
+_OPTION_NAMES = (
+    (re.compile(r"\bpass release="), "set gpu_node_release"),
+    (re.compile(r"\bset distribution and release\b"), "set gpu_node_distribution and gpu_node_release"),
+    (re.compile(r"\bset distribution: (\S+) and release: "), r"set gpu_node_distribution: \1 and gpu_node_release: "),
+    (re.compile(r"\bset distribution\b"), "set gpu_node_distribution"),
+    (re.compile(r"\bbut distribution is\b"), "but gpu_node_distribution is"),
+    (re.compile(r"\bnewer_release\b"), "gpu_node_newer_release"),
+)
+
+# The release other inventories ask for (k3s-ansible, rke2-ansible, lablabs.rke2), read when gpu_node_release is
+# empty: the role then plans for it, also before k3s/rke2 is installed (reference facts-2026-12: inventories)
+INVENTORY_RELEASES = (("k3s_version", distro.K3S), ("rke2_install_version", distro.RKE2), ("rke2_version", distro.RKE2))
+
+def in_role_terms(message):
+    for pattern, replacement in _OPTION_NAMES:
+        message = pattern.sub(replacement, message or "")
+    return message
+
+
+def inventory_release(task_vars, template):
+    """(variable, release, distribution) of the first of INVENTORY_RELEASES the inventory sets, else None."""
+    for name, distribution in INVENTORY_RELEASES:
+        value = template(task_vars[name]) if name in task_vars else None
+        if isinstance(value, str) and value.strip():
+            return name, value.strip(), distribution
+    return None
+
+
+def cdi_due(info, plan, settings):
+    """nvidia-ctk runs only when the spec is missing or does not fit the loaded driver and its GPUs."""
+    if not (plan["selected"] and settings["cdi_generate"] and plan["mode"].get("generate_cdi") and plan["live"]):
+        return False
+    if (info.get("toolkit") or {}).get("nvidia_ctk") is None or not (info["driver"]["loaded"] or settings["force"]):
+        return False
+    return not any(spec.get("path") == settings["cdi_spec_path"] and spec.get("current")
+                   for spec in info["cdi"]["specs"])
+
+
+def node_result(plan, info, runtimes):
+    """gpu_node_result, in one place: the plan's skeleton and what the containerd step did."""
+    result = dict(plan["result"])
+    if runtimes is None:
+        return result
+    written = [r["name"] for r in runtimes.get("runtimes_written") or []]
+    skipped = runtimes.get("runtimes_skipped") or []
+    result.update(
+        runtimes_detected=[r["name"] for r in info["release_runtimes"]], written=written,
+        rendered_by_release=[r["name"] for r in skipped], runtimes_skipped=skipped,
+        handlers=sorted(set(written) | set(r["name"] for r in skipped)),
+        gpu_operator=info["gpu_operator"]["present"], operator_runtimes=list(info["gpu_operator"]["runtimes"]),
+        template_findings=runtimes.get("template_findings") or [], upgrade_findings=runtimes.get("upgrade_findings") or [],
+        runtime_in_use=runtimes.get("runtime_in_use"), cgroup_driver_mismatch=runtimes.get("cgroup_driver_mismatch"),
+        default_runtime=runtimes.get("default_runtime"), node_labels=runtimes.get("node_labels"),
+        files=runtimes.get("files") or [])
+    return result
+
+
+def failed(result, msg):
+    """A refusal as the role reports it: one message, cause and fix first (a warning that says the same is dropped)."""
+    result.update(failed=True, changed=False, msg=msg)
+    warnings = [w for w in result.get("warnings") or [] if str(w).rstrip(".") not in msg]
+    if warnings:
+        result["warnings"] = warnings
+    else:
+        result.pop("warnings", None)
+    return result
+
+
+def plan_host(info, settings, host):
+    """The role's first decision about a host (_gpu_operator.plan_host), and the refusal of a toolkit install that
+    would break the node's template. Raises GpuOperatorPlanError with the message for the user."""
+    plan = gpu_operator.plan_host(info, settings, host=host)
+    if plan.get("selected") and plan["mode"].get("install_toolkit"):
+        # the install makes k3s detect nvidia/nvidia-cdi at its next start: a template that breaks then
+        # is refused now, before a package is installed
+        refusal = changes_engine.refusal_before_install(info)
+        if refusal:
+            raise gpu_operator.GpuOperatorPlanError(
+                "%s: the NVIDIA toolkit is not installed, because %s" % (host or "this host", refusal))
+    return plan
