@@ -63,6 +63,8 @@ class ActionModule(ActionBase):
         try:
             if phase == "plan":
                 return self._plan(result, settings, task_vars, execute_module)
+            if phase == "reread":
+                return self._reread(result, settings, args["node_facts"], args["plan"], execute_module)
             result["reboot_required"] = bool(self._templar.template(task_vars.get("gpu_node_reboot_required", False)))
             return self._configure(result, settings, args["node_facts"], args["plan"], execute_module)
         finally:
@@ -102,6 +104,20 @@ class ActionModule(ActionBase):
             result.update(host_step.node_result(plan, info, None))
             return result
         return self._configure(result, settings, info, plan, execute_module)
+
+    def _reread(self, result, settings, info, plan, execute_module):
+        """After the installs: the node as it is now (runtimes, nvidia-ctk, driver), and whether the CDI spec is due."""
+        read = dict(root=settings["root"], distribution=info["distribution"], release=info["release"],
+                    newer_release=settings["newer_release"], data_dir=settings["data_dir"] or None,
+                    toolkit_dirs=settings["toolkit_dirs"])
+        fresh = configure.read_node(execute_module, read)
+        if fresh.get("failed"):
+            message = host_step.in_role_terms(fresh.get("msg")).rstrip(".")
+            return host_step.failed(result, "%s: reading the node after the installs failed: %s" % (self._host, message))
+        fresh.pop("warnings", None)  # said by the first reading
+        result.update(host_step.node_result(plan, fresh, None), _info=fresh, _plan=plan, install_due=False,
+                      cdi_due=host_step.cdi_due(fresh, plan, settings))
+        return result
 
     def _configure(self, result, settings, info, plan, execute_module):
         params = dict(

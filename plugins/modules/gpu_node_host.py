@@ -40,16 +40,16 @@ attributes:
 options:
   phase:
     description:
-      - V(plan) reads, decides and configures when nothing is due to be installed; V(configure) configures after the
-        role's installs, from O(node_facts) and O(plan).
+      - V(plan) reads, decides and configures when nothing is due to be installed; V(reread) reads the node again after
+        the role's installs and decides whether the CDI spec is due; V(configure) configures from O(node_facts) and O(plan).
     type: str
     default: plan
-    choices: [plan, configure]
+    choices: [plan, reread, configure]
   node_facts:
-    description: The reading to configure from (O(phase=configure)).
+    description: The reading of the earlier phase (O(phase=reread), O(phase=configure)).
     type: dict
   plan:
-    description: The decision of the V(plan) phase (O(phase=configure)).
+    description: The decision of the V(plan) phase (O(phase=reread), O(phase=configure)).
     type: dict
 seealso:
   - module: k3s_gpu.nvidia.containerd_runtimes
@@ -80,7 +80,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(phase=dict(type="str", default="plan", choices=["plan", "configure"]),
+    module = AnsibleModule(argument_spec=dict(phase=dict(type="str", default="plan", choices=["plan", "reread", "configure"]),
                                               node_facts=dict(type="dict"), plan=dict(type="dict")),
                            supports_check_mode=True)
     module.fail_json(msg="k3s_gpu.nvidia.gpu_node_host runs through its action plugin, inside the role k3s_gpu.nvidia.gpu_node")
