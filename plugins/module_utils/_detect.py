@@ -886,8 +886,8 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
         if found and distribution not in found and distro.CONTAINERD not in found:
             # asked for rke2 on a k3s node (or the reverse): writing would create the other's trees for nothing
             raise DetectError("%s was asked for, but the node under %s has %s (binary, unit or data directory) and no %s; "
-                              "set distribution to %s, or auto" % (distribution, fs.root, " and ".join(found), distribution,
-                                                                  found[0]))
+                              "set distribution to %s, or auto" % (
+                                  distribution, fs.root, " and ".join(found), distribution, found[0]))
     paths = distro.distribution_paths(distribution, data_dir)
     facts = {"distribution": distribution, "release": profile["release"], "release_source": release_source,
              "root": fs.root, "profile": profile, "paths": paths, "known_bad_release": profile["known_bad"]}

@@ -29,6 +29,7 @@ _OPTION_NAMES = (
 # empty: the role then plans for it, also before k3s/rke2 is installed (reference facts-2026-12: inventories)
 INVENTORY_RELEASES = (("k3s_version", distro.K3S), ("rke2_install_version", distro.RKE2), ("rke2_version", distro.RKE2))
 
+
 def in_role_terms(message):
     for pattern, replacement in _OPTION_NAMES:
         message = pattern.sub(replacement, message or "")
