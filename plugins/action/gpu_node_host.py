@@ -50,7 +50,10 @@ class ActionModule(ActionBase):
         phase = args.get("phase", "plan")
         self._host = task_vars.get("inventory_hostname", "")
         try:
-            settings, _w = role_vars.read(task_vars, self._templar.template, READ_VARS + PLAN_VARS + CONFIGURE_VARS)
+            # every variable of the role in the plan phase: the site playbook imports the role without Ansible's own
+            # validation task (rolespec_validate: false), one task per host less
+            settings, _w = role_vars.read(task_vars, self._templar.template,
+                                          None if phase == "plan" else READ_VARS + PLAN_VARS + CONFIGURE_VARS)
         except role_vars.RoleVarsError as exc:
             return host_step.failed(result, "%s: %s. Nothing was changed." % (task_vars.get("inventory_hostname"), exc))
         warnings = result.setdefault("warnings", [])

@@ -26,7 +26,7 @@ SPEC_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path
                          "roles", "gpu_node", "meta", "argument_specs.yml")
 PREFIX = "gpu_node_"
 # what the role sets itself (facts of its results), never a setting
-ROLE_FACTS = ("gpu_node_result", "gpu_node_reboot_required")
+ROLE_FACTS = ("gpu_node_result", "gpu_node_reboot_required", "gpu_node_operator_plan")
 _SPEC_KEYS = ("type", "elements", "default", "choices", "options", "required", "aliases", "no_log")
 _SPECS = {}
 
@@ -45,20 +45,27 @@ def _argument_spec(options):
     return spec
 
 
-def role_spec(entry_point="main"):
-    """{variable: argument spec} of an entry point of the role (read once per controller process)."""
-    if entry_point not in _SPECS:
+def _load():
+    if not _SPECS:
         with open(SPEC_FILE, encoding="utf-8") as handle:
             data = yaml.safe_load(handle)
-        _SPECS[entry_point] = _argument_spec(data["argument_specs"][entry_point]["options"])
-    return _SPECS[entry_point]
+        for name, entry in data["argument_specs"].items():
+            _SPECS[name] = _argument_spec(entry.get("options") or {})
+    return _SPECS
 
 
-def read(task_vars, template, names, entry_point="main"):
-    """The role variables `names`, templated (`template(value)`) and converted by the entry point's spec.
+def role_spec(entry_point="main"):
+    """{variable: argument spec} of an entry point of the role (read once per controller process)."""
+    return _load()[entry_point]
+
+
+def read(task_vars, template, names=None, entry_point="main"):
+    """The role variables `names` (default every variable of the entry point, which the role then need not have
+    Ansible validate in a task of its own), templated (`template(value)`) and converted by the entry point's spec.
 
     Returns ({name without the gpu_node_ prefix: value}, [warnings]). Raises RoleVarsError."""
     spec = role_spec(entry_point)
+    names = list(spec) if names is None else names
     wanted = dict((name, spec[name]) for name in names)
     values = {}
     for name in names:
@@ -72,9 +79,11 @@ def read(task_vars, template, names, entry_point="main"):
     return dict((name[len(PREFIX):], value) for name, value in validated.validated_parameters.items()), []
 
 
-def unknown_variables(task_vars, entry_point="main"):
-    """A warning for each gpu_node_* variable the role does not know, with the closest known name."""
-    known = set(role_spec(entry_point)) | set(ROLE_FACTS)
+def unknown_variables(task_vars):
+    """A warning for each gpu_node_* variable the role does not know (in any entry point), with the closest known name."""
+    known = set(ROLE_FACTS)
+    for spec in _load().values():
+        known |= set(spec)
     warnings = []
     for name in sorted(task_vars):
         if not name.startswith(PREFIX) or name.startswith(PREFIX + "_") or name in known:

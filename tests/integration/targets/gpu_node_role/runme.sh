@@ -173,3 +173,17 @@ run k3s-ansible.yml
 expect "... and a second run changes nothing" python3 -c '
 import json, sys
 assert json.load(open(sys.argv[1]))["changed"] is False' "$work/result-gpu.json"
+
+# 6. the site playbook checks the cluster settings before any host is touched (rke2-ansible's group names,
+# no k3s_gpu_servers: the RuntimeClass play used to fail after the role had written its files)
+fresh
+before=$(find "$work/nodes" -printf '%p %s %m\n' | sort | sha256sum)
+set +e
+ansible-playbook -i "$work/hosts.yml" -e "{\"gpu_node_root\": \"$work/nodes/{{ inventory_hostname }}\"}" \
+    -e k3s_gpu_servers=rke2_servers k3s_gpu.nvidia.site > "$work/out" 2>&1
+status=$?
+set -e
+after=$(find "$work/nodes" -printf '%p %s %m\n' | sort | sha256sum)
+expect "site with a server group that matches nothing fails (rc $status)" test "$status" -ne 0
+expect "... saying which variable to set" in_out "Set k3s_gpu_servers to the group (or pattern) of your k3s/rke2 servers (now rke2_servers, which matches 0 hosts)"
+expect "... before the role touched a node" test "$before" = "$after"
