@@ -74,8 +74,10 @@ def compute(facts, params):
     if reader is not None and reader.normalized is not None and target["mode"] == planner.MODE_TEMPLATE:
         current = reader.normalized  # opted in: the edit starts from the clean text (BOM and CR removed)
     # a template is checked whole right after (_check_rendered), composed with the base it really gets
-    after = toml.apply_plan(current, plan, target["path"], target["mode"] == planner.MODE_TEMPLATE, profile,
-                            checked_after=target["mode"] == planner.MODE_TEMPLATE and facts["distribution"] != distro.CONTAINERD)
+    applied = toml.edit_target(current, plan, target["path"], target["mode"] == planner.MODE_TEMPLATE, profile,
+                               checked_after=target["mode"] == planner.MODE_TEMPLATE and facts["distribution"] != distro.CONTAINERD)
+    after = applied.text
+    plan["removed_for_base"], plan["removed_stale"] = applied.removed_for_base, applied.removed_stale
     _check_rendered(facts, plan, params, reader, current, after)
     if facts["distribution"] == distro.CONTAINERD and target["mode"] in (planner.MODE_CONFIG, planner.MODE_DROPIN):
         toml.check_plain_result(after, plan, target["path"], target["schema"])

@@ -440,23 +440,38 @@ def _set_key(edit, tables, data, table_path, key, value, file_path):
     return True
 
 
-def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None, checked_after=False):
-    """New text of the target for the plan; None means the file should not exist.
+class Applied:
+    """What an edit gives: the new text (None: the file should not exist) and the runtime tables it took out
+    because the base now emits them (removed_for_base) or because their binary went away (removed_stale)."""
 
-    text is the current content (None: absent). Raises TomlEditError, leaving nothing written.
-    checked_after: the caller renders the new template with the base and checks it whole
-    (_template_check), so the quick composition with the base's table headers is not needed.
+    __slots__ = ("text", "removed_for_base", "removed_stale")
+
+    def __init__(self, text, removed_for_base=(), removed_stale=()):
+        self.text = text
+        self.removed_for_base = sorted(set(removed_for_base))
+        self.removed_stale = list(removed_stale)
+
+
+def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None, checked_after=False):
+    """New text of the target for the plan (see edit_target); the plan is not changed."""
+    return edit_target(text, plan, file_path, is_template, profile, created_by_us, checked_after).text
+
+
+def edit_target(text, plan, file_path, is_template, profile, created_by_us=None, checked_after=False):
+    """The target's new text for the plan, as an Applied. text is the current content (None: absent).
+
+    Raises TomlEditError, leaving nothing written. checked_after: the caller renders the new template with the
+    base and checks it whole (_template_check), so the quick composition with the base's headers is not needed.
     """
-    target = plan["target"]
-    schema = target["schema"]
-    mode = target["mode"]
+    schema = plan["target"]["schema"]
+    mode = plan["target"]["mode"]
     if mode == planner.MODE_DROPIN:
-        return _render_dropin(plan, schema)
+        return Applied(_render_dropin(plan, schema))
     if created_by_us is None:
         created_by_us = text is not None and text.startswith(MANAGED_HEADER)
     if text is None:
         if not _has_changes(plan):
-            return None
+            return Applied(None)
         text = _new_file_text(schema, is_template)
     masked, originals = mask_template(text, file_path) if is_template else (text, [])
     lines = masked.split("\n")
@@ -466,95 +481,17 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None, 
         raise TomlEditError("%s: %s [toml_invalid]. Fix that line; nothing was written" % (file_path, exc))
     edit = Edit(lines)
     reserved = set(tuple(t) for t in plan.get("reserved_tables") or [])
-    managed = _managed_names(plan)
-    removed_for_base = []
-    for table in tables:
-        if table.path not in reserved:
-            continue
-        name = _runtime_name_of(schema, table.path)
-        if name in managed and name not in [r["name"] for r in plan["write"]] and _only_our_keys(lines, table):
-            # a block this module wrote while k3s did not detect the runtime: k3s renders it now
-            _check_no_template_lines(lines, table, file_path)
-            edit.replace(table.start, table.content_end, [])
-            removed_for_base.append(name)
-            continue
-        raise TomlEditError(
-            "%s: line %d: [%s] is already emitted by the base template of %s %s, so containerd would "
-            "refuse the config (`table already exists`) and k3s would restart in a loop [duplicate_table]. Remove that "
-            "table from the template (a drop-in or default-runtime: in config.yaml is the way to change "
-            "it); nothing was written" % (file_path, table.start + 1, _key_text(table.path), profile["distribution"],
-                                          profile["release"]))
-    plan["removed_for_base"] = sorted(set(removed_for_base))
-    plain = profile["distribution"] == distro.CONTAINERD
-    systemd_default = _runc_systemd_cgroup(data, schema) if plain else None
-    # the runtimes start from the default runtime's table: the file's own (plain containerd, or a
-    # template that declares runc itself), else the one the plan brings (a drop-in's root config)
-    inherited = inherited_runtime(data, schema, own_runtime_names(plan)) or plan.get("inherited")
+    removed_for_base = _drop_tables_base_emits(edit, lines, tables, reserved, plan, schema, file_path, profile)
+    stale = []
     if plan["state"] == "absent":
-        for name in dict.fromkeys(plan["remove"]):  # each name once, in order
-            path = distro.runtime_table(schema, name)
-            if _get(data, path) is not None:
-                if not _ranges_of(tables, path):
-                    raise TomlEditError("%s: runtime %s is defined with dotted keys or inline tables; remove it by hand" % (
-                        file_path, name))
-                _remove_table_ranges(edit, tables, path, file_path)
-        default_name = _get(data, distro.containerd_table(schema) + ("default_runtime_name",))
-        if default_name in plan["remove"]:
-            _drop_key(edit, tables, distro.containerd_table(schema), "default_runtime_name")
+        _edit_absent(edit, data, tables, plan, schema, file_path)
     else:
-        if created_by_us and not plan.get("runtimes_explicit"):
-            # our own file holds exactly the NVIDIA runtimes still wanted: a block whose binary went away
-            # (toolkit removed, operator mode) would point containerd at a missing file
-            wanted_names = set(r["name"] for r in plan["write"]) | set(removed_for_base)
-            stale = [name for name, _binary in distro.NVIDIA_RUNTIMES if name not in wanted_names
-                     and _get(data, distro.runtime_table(schema, name)) is not None
-                     and _ranges_of(tables, distro.runtime_table(schema, name))]
-            for name in stale:
-                _remove_table_ranges(edit, tables, distro.runtime_table(schema, name), file_path)
-            plan["removed_stale"] = stale
-        blocks = []
-        templated = _templated_keys(lines, tables, originals) if originals else set()
-        for runtime in plan["write"]:
-            items = runtime_items(schema, runtime, systemd_default, inherited)
-            path = items[0][0]
-            existing = _get(data, path)
-            if existing is None:
-                blocks.extend(items)
-                continue
-            # a key the template sets with an action (`SystemdCgroup = {{ .SystemdCgroup }}`) is the user's:
-            # k3s renders it, so it is neither compared nor set a second time
-            items = [(p, dict((k, v) for k, v in values.items() if (p, k) not in templated)) for p, values in items]
-            if all(_get(data, p) is not None and all(_same(_get(data, p + (k,)), v) for k, v in values.items())
-                   for p, values in items):
-                continue
-            runtime_tables = [t for t in tables if t.path == path and not t.array]
-            if not runtime_tables:
-                raise TomlEditError("%s: runtime %s is defined with dotted keys or inline tables; define it as "
-                                    "[%s] or remove it, then rerun" % (file_path, runtime["name"], _key_text(path)))
-            for table in _ranges_of(tables, path):
-                _check_no_template_lines(lines, table, file_path)
-            for table_path, values in items:
-                if any(t.path == table_path for t in tables):
-                    for key, value in values.items():
-                        _set_key(edit, tables, data, table_path, key, value, file_path)
-                elif _get(data, table_path) is None:
-                    edit.insert(runtime_tables[0].content_end, render_table(table_path, values))
-                else:
-                    raise TomlEditError("%s: [%s] is defined with dotted keys or an inline table; define it as a "
-                                        "table or remove it, then rerun" % (file_path, _key_text(table_path)))
-        if blocks:
-            edit.appends.append(render_tables(blocks))
-        if plan.get("default_runtime") and plan["default_runtime"]["how"] == "toml":
-            _set_key(edit, tables, data, distro.containerd_table(schema), "default_runtime_name",
-                     plan["default_runtime"]["name"], file_path)
-        if plan.get("enable_cdi") is not None:
-            _set_key(edit, tables, data, distro.cri_table(schema), "enable_cdi", plan["enable_cdi"], file_path)
-        if mode == planner.MODE_CONFIG and profile["containerd"].startswith("1.") and plan["write"]:
-            _ensure_runc(edit, data, schema, plan, systemd_default)
+        stale = _edit_present(edit, lines, data, tables, originals, plan, profile, created_by_us, removed_for_base,
+                              file_path)
     new_masked = edit.result()
     if new_masked == masked:
-        return text  # nothing to change; the text was parsed above
-    if plain and mode == planner.MODE_CONFIG and data.get("version") is None:
+        return Applied(text, removed_for_base, stale)  # nothing to change; the text was parsed above
+    if profile["distribution"] == distro.CONTAINERD and mode == planner.MODE_CONFIG and data.get("version") is None:
         # an empty or comment-only file: without a version line containerd reads it as version 1 and
         # ignores every table written for the version of its own (the comments stay below it)
         new_masked = "version = %d\n%s" % (schema, new_masked)
@@ -563,8 +500,109 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None, 
     else:
         _loads(new_masked, file_path + " (after the edit)")
     if created_by_us and _only_scaffolding(new_masked, is_template):
-        return None
-    return unmask_template(new_masked, originals)
+        return Applied(None, removed_for_base, stale)
+    return Applied(unmask_template(new_masked, originals), removed_for_base, stale)
+
+
+def _drop_tables_base_emits(edit, lines, tables, reserved, plan, schema, file_path, profile):
+    """Take out our own blocks of runtimes the base now renders; refuse any other table the base emits too."""
+    managed = _managed_names(plan)
+    written = [r["name"] for r in plan["write"]]
+    removed = []
+    for table in tables:
+        if table.path not in reserved:
+            continue
+        name = _runtime_name_of(schema, table.path)
+        if name in managed and name not in written and _only_our_keys(lines, table):
+            # a block this module wrote while k3s did not detect the runtime: k3s renders it now
+            _check_no_template_lines(lines, table, file_path)
+            edit.replace(table.start, table.content_end, [])
+            removed.append(name)
+            continue
+        raise TomlEditError(
+            "%s: line %d: [%s] is already emitted by the base template of %s %s, so containerd would "
+            "refuse the config (`table already exists`) and k3s would restart in a loop [duplicate_table]. Remove that "
+            "table from the template (a drop-in or default-runtime: in config.yaml is the way to change "
+            "it); nothing was written" % (file_path, table.start + 1, _key_text(table.path), profile["distribution"],
+                                          profile["release"]))
+    return removed
+
+
+def _edit_absent(edit, data, tables, plan, schema, file_path):
+    for name in dict.fromkeys(plan["remove"]):  # each name once, in order
+        path = distro.runtime_table(schema, name)
+        if _get(data, path) is not None:
+            if not _ranges_of(tables, path):
+                raise TomlEditError("%s: runtime %s is defined with dotted keys or inline tables; remove it by hand" % (
+                    file_path, name))
+            _remove_table_ranges(edit, tables, path, file_path)
+    default_name = _get(data, distro.containerd_table(schema) + ("default_runtime_name",))
+    if default_name in plan["remove"]:
+        _drop_key(edit, tables, distro.containerd_table(schema), "default_runtime_name")
+
+
+def _edit_present(edit, lines, data, tables, originals, plan, profile, created_by_us, removed_for_base, file_path):
+    """Write or update each planned runtime, the default runtime and enable_cdi. Returns the stale names removed."""
+    schema = plan["target"]["schema"]
+    plain = profile["distribution"] == distro.CONTAINERD
+    systemd_default = _runc_systemd_cgroup(data, schema) if plain else None
+    # the runtimes start from the default runtime's table: the file's own (plain containerd, or a
+    # template that declares runc itself), else the one the plan brings (a drop-in's root config)
+    inherited = inherited_runtime(data, schema, own_runtime_names(plan)) or plan.get("inherited")
+    stale = []
+    if created_by_us and not plan.get("runtimes_explicit"):
+        # our own file holds exactly the NVIDIA runtimes still wanted: a block whose binary went away
+        # (toolkit removed, operator mode) would point containerd at a missing file
+        wanted_names = set(r["name"] for r in plan["write"]) | set(removed_for_base)
+        stale = [name for name, _binary in distro.NVIDIA_RUNTIMES if name not in wanted_names
+                 and _get(data, distro.runtime_table(schema, name)) is not None
+                 and _ranges_of(tables, distro.runtime_table(schema, name))]
+        for name in stale:
+            _remove_table_ranges(edit, tables, distro.runtime_table(schema, name), file_path)
+    blocks = []
+    templated = _templated_keys(lines, tables, originals) if originals else set()
+    for runtime in plan["write"]:
+        items = runtime_items(schema, runtime, systemd_default, inherited)
+        if _get(data, items[0][0]) is None:
+            blocks.extend(items)
+        else:
+            _update_runtime(edit, lines, data, tables, templated, runtime, items, file_path)
+    if blocks:
+        edit.appends.append(render_tables(blocks))
+    if plan.get("default_runtime") and plan["default_runtime"]["how"] == "toml":
+        _set_key(edit, tables, data, distro.containerd_table(schema), "default_runtime_name",
+                 plan["default_runtime"]["name"], file_path)
+    if plan.get("enable_cdi") is not None:
+        _set_key(edit, tables, data, distro.cri_table(schema), "enable_cdi", plan["enable_cdi"], file_path)
+    if plan["target"]["mode"] == planner.MODE_CONFIG and profile["containerd"].startswith("1.") and plan["write"]:
+        _ensure_runc(edit, data, schema, plan, systemd_default)
+    return stale
+
+
+def _update_runtime(edit, lines, data, tables, templated, runtime, items, file_path):
+    """Bring an existing runtime table to the planned keys, in place."""
+    path = items[0][0]
+    # a key the template sets with an action (`SystemdCgroup = {{ .SystemdCgroup }}`) is the user's:
+    # k3s renders it, so it is neither compared nor set a second time
+    items = [(p, dict((k, v) for k, v in values.items() if (p, k) not in templated)) for p, values in items]
+    if all(_get(data, p) is not None and all(_same(_get(data, p + (k,)), v) for k, v in values.items())
+           for p, values in items):
+        return
+    runtime_tables = [t for t in tables if t.path == path and not t.array]
+    if not runtime_tables:
+        raise TomlEditError("%s: runtime %s is defined with dotted keys or inline tables; define it as "
+                            "[%s] or remove it, then rerun" % (file_path, runtime["name"], _key_text(path)))
+    for table in _ranges_of(tables, path):
+        _check_no_template_lines(lines, table, file_path)
+    for table_path, values in items:
+        if any(t.path == table_path for t in tables):
+            for key, value in values.items():
+                _set_key(edit, tables, data, table_path, key, value, file_path)
+        elif _get(data, table_path) is None:
+            edit.insert(runtime_tables[0].content_end, render_table(table_path, values))
+        else:
+            raise TomlEditError("%s: [%s] is defined with dotted keys or an inline table; define it as a "
+                                "table or remove it, then rerun" % (file_path, _key_text(table_path)))
 
 
 _TEMPLATED_KEY = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_-]+)\s*=""")

@@ -192,8 +192,9 @@ def test_naive_composition_is_rejected_by_containerd_and_by_us(built, case_id, t
             toml.apply_plan(template, plan, "/x/config-v3.toml.tmpl", True, case.profile)
         return
     # an NVIDIA runtime table the release now renders itself: taken out, and the result loads
-    fixed = toml.apply_plan(template, plan, "/x/config.toml.tmpl", True, case.profile)
-    assert plan["removed_for_base"] == ["nvidia"]
+    applied = toml.edit_target(template, plan, "/x/config.toml.tmpl", True, case.profile)
+    fixed = applied.text
+    assert applied.removed_for_base == ["nvidia"]
     composed = engine_cases.base_fixtures.compose(fixed, case.base_text)
     for line in case.containerd_lines:
         assert lab.config_dump(line, composed).rc == 0
