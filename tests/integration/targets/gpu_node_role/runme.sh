@@ -79,7 +79,7 @@ expect() {  # expect DESCRIPTION CONDITION...
         echo "ok: $what"
     else
         echo "FAILED: $what"
-        tail -40 "$work/out"
+        tail -60 "$work/out"
         exit 1
     fi
 }
@@ -187,3 +187,19 @@ after=$(find "$work/nodes" -printf '%p %s %m\n' | sort | sha256sum)
 expect "site with a server group that matches nothing fails (rc $status)" test "$status" -ne 0
 expect "... saying which variable to set" in_out "Set k3s_gpu_servers to the group (or pattern) of your k3s/rke2 servers (now rke2_servers, which matches 0 hosts)"
 expect "... before the role touched a node" test "$before" = "$after"
+
+# 7. the site summary of a check-mode run says what would change and that a restart would be needed
+fresh
+rm -rf "$work/nodes/gpu/var/lib/rancher"
+before=$(find "$work/nodes" -printf '%p %s %m\n' | sort | sha256sum)
+set +e
+ansible-playbook -i "$work/k3s-ansible.yml" -e "{\"gpu_node_root\": \"$work/nodes/{{ inventory_hostname }}\"}" \
+    --check k3s_gpu.nvidia.site > "$work/out" 2>&1
+status=$?
+set -e
+after=$(find "$work/nodes" -printf '%p %s %m\n' | sort | sha256sum)
+expect "site --check on a k3s-ansible inventory (rc $status)" test "$status" -eq 0
+expect "... the summary says what would change" in_out "gpu: configured | k3s v1.33.10+k3s1 | detected nvidia,nvidia-cdi | written nvidia-legacy | by release nvidia,nvidia-cdi | WOULD CHANGE: created /var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml, created /etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml | 3 node labels"
+expect "... and that a restart would be needed" in_out "RESTART NEEDED (check mode)"
+expect "... the CPU server is skipped with the reason" in_out "cpu: skipped (no NVIDIA GPU on the PCI bus and no driver loaded) | k3s v1.33.10+k3s1"
+expect "... and nothing was written" test "$before" = "$after"

@@ -1,0 +1,30 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The summary of k3s_gpu.nvidia.site, built in Python from each host's gpu_node_result (plugin_utils/_summary)."""
+
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _summary as summary
+
+
+class ActionModule(ActionBase):
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("hosts",))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        hostvars = task_vars["hostvars"]
+        results = []
+        for host in self._task.args.get("hosts") or []:
+            found = hostvars[host].get("gpu_node_result") if host in hostvars else None
+            results.append((host, found))
+        result.update(summary.summarize(results, check_mode=bool(self._task.check_mode)), changed=False)
+        result["msg"] = result["lines"]
+        return result

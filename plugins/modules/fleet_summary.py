@@ -1,0 +1,79 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: fleet_summary
+short_description: Internal - the summary of the k3s_gpu.nvidia.site playbook
+version_added: 0.2.0
+description:
+  - B(Internal to the playbook k3s_gpu.nvidia.site; its options and results may change without notice.)
+  - One row and one line per host from its C(gpu_node_result) - what changed, or would change in check mode, whether a
+    restart happened or is still needed, the default runtime and node labels written, and what is pending.
+author:
+  - k3s_gpu.nvidia maintainers (@k3s-gpu)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+attributes:
+  action:
+    support: full
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  hosts:
+    description: The hosts to summarize, in order.
+    type: list
+    elements: str
+    required: true
+"""
+
+EXAMPLES = r"""
+# Internal: k3s_gpu.nvidia.site calls it.
+- name: One row per host
+  k3s_gpu.nvidia.fleet_summary:
+    hosts: "{{ ansible_play_hosts_all }}"
+"""
+
+RETURN = r"""
+hosts:
+  description: One row per host (status, reason, release, handlers, what was written, changed or would_change, restarted,
+    restart_needed, default_runtime, node_labels, files, mode, pending, reboot_required, runtime_in_use, cgroup_driver_mismatch).
+  returned: always
+  type: list
+  elements: dict
+lines:
+  description: The same as one line per host.
+  returned: always
+  type: list
+  elements: str
+counts:
+  description: Hosts per status, and how many changed, would change, need a restart or a reboot, or have a cgroup driver mismatch.
+  returned: always
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(hosts=dict(type="list", elements="str", required=True)), supports_check_mode=True)
+    module.fail_json(msg="k3s_gpu.nvidia.fleet_summary runs through its action plugin, inside k3s_gpu.nvidia.site")
+
+
+if __name__ == "__main__":
+    main()

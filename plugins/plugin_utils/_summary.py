@@ -1,0 +1,86 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The fleet summary of k3s_gpu.nvidia.site: one row and one line per host from its gpu_node_result (pure).
+
+PRIVATE to the collection."""
+
+from __future__ import annotations
+
+_LISTS = ("runtimes_detected", "handlers", "written", "rendered_by_release", "operator_runtimes", "pending")
+
+
+def row(host, result, check_mode=False):
+    """The summary row of one host; `result` is its gpu_node_result (None: the role never reached it)."""
+    result = result if isinstance(result, dict) else {}
+    failed = bool(result.get("failed")) or "status" not in result
+    status = ("failed" if result.get("failed") else "failed or unreachable") if failed else result["status"]
+    changed = bool(result.get("changed")) and not failed
+    restarted = bool(result.get("restarted"))
+    entry = {
+        "host": host, "status": status, "reason": result.get("reason") or result.get("msg") or "",
+        "distribution": result.get("distribution") or "", "release": result.get("release") or "",
+        "restarted": restarted, "verified": result.get("verified"), "mode": result.get("mode") or "host",
+        "reboot_required": bool(result.get("reboot_required")),
+        "runtime_in_use": result.get("runtime_in_use"), "cgroup_driver_mismatch": result.get("cgroup_driver_mismatch"),
+        "default_runtime": result.get("default_runtime"), "node_labels": result.get("node_labels") or [],
+        "files": [{"path": f.get("node_path") or f.get("path"), "action": f.get("action")} for f in result.get("files") or []],
+        # what this run did to the host's files, or would do (check mode); and a change the service has not read yet
+        "changed": changed and not check_mode, "would_change": changed and check_mode,
+        "restart_needed": changed and not restarted,
+    }
+    for key in _LISTS:
+        entry[key] = list(result.get(key) or [])
+    return entry
+
+
+def line(entry, check_mode=False):
+    """One line per host that never contradicts itself (only what the row says, each fact once)."""
+    parts = ["%s: %s" % (entry["host"], entry["status"]) + (" (%s)" % entry["reason"] if entry["reason"] else "")]
+    if entry["distribution"]:
+        parts.append("%s %s" % (entry["distribution"], entry["release"]))
+    if entry["status"] != "configured":
+        return " | ".join(parts)
+    parts.append("detected " + (",".join(entry["runtimes_detected"]) or "-"))
+    parts.append("written " + (",".join(entry["written"]) or "-"))
+    parts.append("by release " + (",".join(entry["rendered_by_release"]) or "-"))
+    if entry["would_change"]:
+        parts.append("WOULD CHANGE: " + ", ".join("%s %s" % (f["action"], f["path"]) for f in entry["files"]))
+    elif entry["changed"]:
+        parts.append("changed: " + ", ".join("%s %s" % (f["action"], f["path"]) for f in entry["files"]))
+    default = entry["default_runtime"]
+    if default:
+        parts.append("default runtime %s (%s)" % (default.get("name"), default.get("how")))
+    if entry["node_labels"]:
+        parts.append("%d node labels" % len(entry["node_labels"]))
+    if entry["restarted"]:
+        parts.append("restarted, verified " + {True: "yes", False: "NO", None: "-"}[entry["verified"]])
+    elif entry["restart_needed"]:
+        parts.append("RESTART NEEDED" + (" (check mode)" if check_mode else ""))
+    parts.append("%s mode" % entry["mode"])
+    if entry["operator_runtimes"]:
+        parts.append("operator runtimes %s (RuntimeClasses of the same names route to them)" % ",".join(entry["operator_runtimes"]))
+    if entry["pending"]:
+        parts.append("PENDING: " + "; ".join(entry["pending"]))
+    if entry["reboot_required"]:
+        parts.append("REBOOT NEEDED")
+    in_use = entry["runtime_in_use"] or {}
+    if in_use.get("distribution") and in_use.get("runtime") == "containerd":
+        parts.append("pods on the host containerd (%s container-runtime-endpoint)" % in_use["distribution"])
+    if entry["cgroup_driver_mismatch"]:
+        parts.append("CGROUP DRIVER MISMATCH: " + ",".join(entry["cgroup_driver_mismatch"].get("runtimes") or []))
+    return " | ".join(parts)
+
+
+def summarize(results, check_mode=False):
+    """{"hosts": [rows], "lines": [lines], "counts": {status: n, "changed", "would_change", "restart_needed"}}."""
+    rows = [row(host, result, check_mode) for host, result in results]
+    counts = {}
+    for entry in rows:
+        counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+        for flag in ("changed", "would_change", "restart_needed", "reboot_required"):
+            counts[flag] = counts.get(flag, 0) + int(bool(entry[flag]))
+        counts["cgroup_driver_mismatch"] = counts.get("cgroup_driver_mismatch", 0) + int(bool(entry["cgroup_driver_mismatch"]))
+    return {"hosts": rows, "lines": [line(entry, check_mode) for entry in rows], "counts": counts}

@@ -1,0 +1,59 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The site summary: what changed or would change, restarts done or needed, effects, and lines that agree with the rows."""
+
+from __future__ import annotations
+
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _summary as summary
+
+CONFIGURED = {
+    "status": "configured", "reason": "", "distribution": "k3s", "release": "v1.33.10+k3s1", "changed": True,
+    "runtimes_detected": ["nvidia", "nvidia-cdi"], "handlers": ["nvidia", "nvidia-cdi", "nvidia-legacy"],
+    "written": ["nvidia-legacy"], "rendered_by_release": ["nvidia", "nvidia-cdi"], "restarted": False, "verified": None,
+    "mode": "host", "operator_runtimes": [], "pending": [], "reboot_required": False,
+    "default_runtime": {"name": "nvidia", "how": "config_yaml", "path": "/etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml"},
+    "node_labels": ["k3s-gpu.nvidia/handler.nvidia=true"],
+    "files": [{"path": "/srv/x/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml",
+               "node_path": "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml",
+               "action": "created"}],
+}
+SKIPPED = {"status": "skipped", "reason": "no NVIDIA GPU on the PCI bus and no driver loaded", "distribution": "k3s",
+           "release": "v1.33.10+k3s1", "changed": False, "mode": "host"}
+
+
+def test_check_mode_says_would_change_and_restart_needed():
+    report = summary.summarize([("gpu1", CONFIGURED)], check_mode=True)
+    entry = report["hosts"][0]
+    assert entry["would_change"] is True and entry["changed"] is False and entry["restart_needed"] is True
+    [text] = report["lines"]
+    assert "WOULD CHANGE: created /var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml" in text
+    assert "RESTART NEEDED (check mode)" in text and "default runtime nvidia (config_yaml)" in text
+    assert "1 node labels" in text
+    assert report["counts"] == {"configured": 1, "changed": 0, "would_change": 1, "restart_needed": 1,
+                                "reboot_required": 0, "cgroup_driver_mismatch": 0}
+
+
+def test_a_restarted_host_needs_no_restart():
+    entry = summary.row("gpu1", dict(CONFIGURED, restarted=True, verified=True))
+    assert entry["changed"] is True and entry["restart_needed"] is False
+    text = summary.line(entry)
+    assert "restarted, verified yes" in text and "RESTART" not in text and "changed: created" in text
+
+
+def test_a_host_that_changed_nothing_says_nothing_about_changes():
+    text = summary.line(summary.row("gpu1", dict(CONFIGURED, changed=False)))
+    assert "changed" not in text and "WOULD" not in text and "RESTART" not in text
+
+
+def test_skipped_failed_and_unreached_hosts():
+    report = summary.summarize([("cpu1", SKIPPED), ("gpu2", {"failed": True, "changed": False, "msg": "gpu2: no good"}),
+                                ("gpu3", None)])
+    assert [entry["status"] for entry in report["hosts"]] == ["skipped", "failed", "failed or unreachable"]
+    assert report["lines"][0] == "cpu1: skipped (no NVIDIA GPU on the PCI bus and no driver loaded) | k3s v1.33.10+k3s1"
+    assert report["lines"][1] == "gpu2: failed (gpu2: no good)"
+    assert report["hosts"][1]["changed"] is False and report["hosts"][1]["restart_needed"] is False
+    # a host without the role's result says nothing of modes, operators or runtimes it does not have
+    assert "mode" not in report["lines"][0] and "operator" not in report["lines"][0]
