@@ -1121,3 +1121,29 @@ def leftovers(before, owner_only=True):
             out += sorted(now["sock_dirs"] - before["sock_dirs"])
             out += ["mount " + m for m in sorted(now["mounts"] - before["mounts"])]
     return out
+
+
+class NodeTree:
+    """A node's file tree under a root prefix (the engine's sandbox), with stub runtime binaries that exec runc."""
+
+    STUB = "#!/bin/sh\nexec runc \"$@\"\n"
+
+    def __init__(self, root, binaries=()):
+        self.root = str(root)
+        for binary in binaries:
+            self.write(binary, self.STUB, 0o755)
+
+    def host(self, node_path):
+        return self.root + node_path
+
+    def write(self, node_path, text, mode=0o644):
+        path = self.host(node_path)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(path, mode)
+
+    def read(self, node_path):
+        with open(self.host(node_path), encoding="utf-8") as handle:
+            return handle.read()
+

@@ -31,6 +31,8 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 
+from . import lab
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 UPSTREAM = os.path.join(REPO_ROOT, ".cache", "containerd-upstream")
 VERSIONS = ("2.2.7", "2.3.4")
@@ -65,27 +67,11 @@ def default_v4():
     return proc.stdout
 
 
-class Node:
+class Node(lab.NodeTree):
     """A plain containerd node tree; the config imports its own conf.d by host path (as containerd reads it)."""
 
     def __init__(self, root):
-        self.root = str(root)
-        for binary in (NVIDIA, LEGACY, "/usr/bin/containerd"):
-            self.write(binary, "#!/bin/sh\nexec runc \"$@\"\n", 0o755)
-
-    def host(self, node_path):
-        return self.root + node_path
-
-    def write(self, node_path, text, mode=0o644):
-        path = self.host(node_path)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(path, mode)
-
-    def read(self, node_path):
-        with open(self.host(node_path), encoding="utf-8") as handle:
-            return handle.read()
+        super().__init__(root, (NVIDIA, LEGACY, "/usr/bin/containerd"))
 
     @property
     def imports(self):

@@ -99,27 +99,11 @@ def effective(table, key):
     return ZERO[key] if value is None else value
 
 
-class Node:
+class Node(lab.NodeTree):
     """A plain containerd node tree whose config imports its own conf.d by host path (as containerd reads it)."""
 
     def __init__(self, root):
-        self.root = str(root)
-        for binary in list(NVIDIA.values()) + ["/usr/bin/containerd"]:
-            self.write(binary, "#!/bin/sh\nexec runc \"$@\"\n", 0o755)
-
-    def host(self, node_path):
-        return self.root + node_path
-
-    def write(self, node_path, text, mode=0o644):
-        path = self.host(node_path)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(path, mode)
-
-    def read(self, node_path):
-        with open(self.host(node_path), encoding="utf-8") as handle:
-            return handle.read()
+        super().__init__(root, list(NVIDIA.values()) + ["/usr/bin/containerd"])
 
     def converge(self, line, **params):
         facts = detect.gather(self.root, "containerd", release_of(line), binaries=list(NVIDIA.values()))
