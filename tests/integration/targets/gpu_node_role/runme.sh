@@ -203,3 +203,13 @@ expect "... the summary says what would change" in_out "gpu: configured | k3s v1
 expect "... and that a restart would be needed" in_out "RESTART NEEDED (check mode)"
 expect "... the CPU server is skipped with the reason" in_out "cpu: skipped (no NVIDIA GPU on the PCI bus and no driver loaded) | k3s v1.33.10+k3s1"
 expect "... and nothing was written" test "$before" = "$after"
+
+# 8. site --limit: the summary still comes, for the limited hosts
+set +e
+ansible-playbook -i "$work/k3s-ansible.yml" -e "{\"gpu_node_root\": \"$work/nodes/{{ inventory_hostname }}\"}" \
+    --limit gpu k3s_gpu.nvidia.site > "$work/out" 2>&1
+status=$?
+set -e
+expect "site --limit gpu (rc $status)" test "$status" -eq 0
+expect "... still prints the summary row of the limited host" in_out '"gpu: configured | k3s v1.33.10+k3s1'
+expect "... and no row for a host outside the limit" not_in_out '"cpu: '
