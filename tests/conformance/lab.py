@@ -1146,4 +1146,3 @@ class NodeTree:
     def read(self, node_path):
         with open(self.host(node_path), encoding="utf-8") as handle:
             return handle.read()
-
