@@ -8,11 +8,8 @@ plugin_utils/_configure.py (one reading of the node, the decision here, one writ
 
 from __future__ import annotations
 
-from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import CONTAINERD_RUNTIMES_SPEC
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes_engine
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
 
 
@@ -23,9 +20,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
-        spec = dict(CONTAINERD_RUNTIMES_SPEC)
-        spec.update((k, v) for k, v in FILE_COMMON_ARGUMENTS.items() if k in changes_engine.FILE_ARGS)
-        _validation, params = self.validate_argument_spec(argument_spec=spec)
+        _validation, params = self.validate_argument_spec(argument_spec=configure.SPEC)
 
         def execute_module(name, args):
             return self._execute_module(module_name=name, module_args=args, task_vars=task_vars)

@@ -11,15 +11,12 @@ means false; a refusal is one message that names the user's variables, never a f
 
 from __future__ import annotations
 
-from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _gpu_operator as gpu_operator
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import CONTAINERD_RUNTIMES_SPEC
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes_engine
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
@@ -33,10 +30,6 @@ PLAN_VARS = ("gpu_node_force", "gpu_node_mode", "gpu_node_operator_toolkit", "gp
              "gpu_node_remove_operator_leftovers", "gpu_node_cdi_generate", "gpu_node_cdi_spec_path")
 CONFIGURE_VARS = ("gpu_node_runtimes", "gpu_node_enable_cdi", "gpu_node_handler_labels", "gpu_node_backup",
                   "gpu_node_target_release")
-
-CONFIGURE_SPEC = dict(CONTAINERD_RUNTIMES_SPEC)
-CONFIGURE_SPEC.update((k, v) for k, v in FILE_COMMON_ARGUMENTS.items() if k in changes_engine.FILE_ARGS)
-
 
 class ActionModule(ActionBase):
 
@@ -52,8 +45,8 @@ class ActionModule(ActionBase):
         try:
             # every variable of the role in the plan phase: the site playbook imports the role without Ansible's own
             # validation task (rolespec_validate: false), one task per host less
-            settings, _w = role_vars.read(task_vars, self._templar.template,
-                                          None if phase == "plan" else READ_VARS + PLAN_VARS + CONFIGURE_VARS)
+            settings = role_vars.read(task_vars, self._templar.template,
+                                      None if phase == "plan" else READ_VARS + PLAN_VARS + CONFIGURE_VARS)
         except role_vars.RoleVarsError as exc:
             return host_step.failed(result, "%s: %s. Nothing was changed." % (task_vars.get("inventory_hostname"), exc))
         warnings = result.setdefault("warnings", [])
@@ -133,7 +126,7 @@ class ActionModule(ActionBase):
             backup=settings["backup"], node_facts=info,
             # the release the inventory asks for: its template check is reported before the upgrade reaches the node
             target_release=settings["target_release"] if settings["target_release"] not in ("", info["release"]) else None)
-        validated = ArgumentSpecValidator(CONFIGURE_SPEC).validate(params)
+        validated = ArgumentSpecValidator(configure.SPEC).validate(params)
         if validated.error_messages:
             return host_step.failed(result, "; ".join(validated.error_messages))
         runtimes = configure.run({}, validated.validated_parameters, execute_module, self._task.diff)

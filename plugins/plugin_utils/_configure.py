@@ -15,11 +15,18 @@ from __future__ import annotations
 import os
 
 from ansible import constants as C
+from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import CONTAINERD_RUNTIMES_SPEC
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes_engine
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _check_cache as check_cache
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+
+
+# containerd_runtimes' options with the file options it passes on to node_files
+SPEC = dict(CONTAINERD_RUNTIMES_SPEC)
+SPEC.update((k, v) for k, v in FILE_COMMON_ARGUMENTS.items() if k in changes_engine.FILE_ARGS)
 
 
 def read_node(execute_module, params, binaries=()):

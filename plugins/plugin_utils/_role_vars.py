@@ -63,7 +63,7 @@ def read(task_vars, template, names=None, entry_point="main"):
     """The role variables `names` (default every variable of the entry point, which the role then need not have
     Ansible validate in a task of its own), templated (`template(value)`) and converted by the entry point's spec.
 
-    Returns ({name without the gpu_node_ prefix: value}, [warnings]). Raises RoleVarsError."""
+    Returns {name without the gpu_node_ prefix: value}. Raises RoleVarsError."""
     spec = role_spec(entry_point)
     names = list(spec) if names is None else names
     wanted = dict((name, spec[name]) for name in names)
@@ -76,7 +76,7 @@ def read(task_vars, template, names=None, entry_point="main"):
     validated = ArgumentSpecValidator(wanted).validate(values)
     if validated.error_messages:
         raise RoleVarsError("; ".join(validated.error_messages))
-    return dict((name[len(PREFIX):], value) for name, value in validated.validated_parameters.items()), []
+    return dict((name[len(PREFIX):], value) for name, value in validated.validated_parameters.items())
 
 
 def unknown_variables(task_vars):

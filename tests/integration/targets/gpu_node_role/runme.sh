@@ -58,12 +58,12 @@ all:
     cpu: {}
 YAML
 
-run() {  # run INVENTORY [ansible-playbook args...]: output in $work/out
+run() {  # run INVENTORY [ansible-playbook args...]: output in $work/out; PLAYBOOK=k3s_gpu.nvidia.site runs the site
     local inventory=$1
     shift
     set +e
     ansible-playbook -i "$work/$inventory" -e "work_dir=$work" \
-        -e "{\"gpu_node_root\": \"$work/nodes/{{ inventory_hostname }}\"}" "$@" play.yml > "$work/out" 2>&1
+        -e "{\"gpu_node_root\": \"$work/nodes/{{ inventory_hostname }}\"}" "$@" "${PLAYBOOK:-play.yml}" > "$work/out" 2>&1
     status=$?
     set -e
 }
@@ -178,11 +178,7 @@ assert json.load(open(sys.argv[1]))["changed"] is False' "$work/result-gpu.json"
 # no k3s_gpu_servers: the RuntimeClass play used to fail after the role had written its files)
 fresh
 before=$(find "$work/nodes" -printf '%p %s %m\n' | sort | sha256sum)
-set +e
-ansible-playbook -i "$work/hosts.yml" -e "{\"gpu_node_root\": \"$work/nodes/{{ inventory_hostname }}\"}" \
-    -e k3s_gpu_servers=rke2_servers k3s_gpu.nvidia.site > "$work/out" 2>&1
-status=$?
-set -e
+PLAYBOOK=k3s_gpu.nvidia.site run hosts.yml -e k3s_gpu_servers=rke2_servers
 after=$(find "$work/nodes" -printf '%p %s %m\n' | sort | sha256sum)
 expect "site with a server group that matches nothing fails (rc $status)" test "$status" -ne 0
 expect "... saying which variable to set" in_out "Set k3s_gpu_servers to the group (or pattern) of your k3s/rke2 servers (now rke2_servers, which matches 0 hosts)"
@@ -192,11 +188,7 @@ expect "... before the role touched a node" test "$before" = "$after"
 fresh
 rm -rf "$work/nodes/gpu/var/lib/rancher"
 before=$(find "$work/nodes" -printf '%p %s %m\n' | sort | sha256sum)
-set +e
-ansible-playbook -i "$work/k3s-ansible.yml" -e "{\"gpu_node_root\": \"$work/nodes/{{ inventory_hostname }}\"}" \
-    --check k3s_gpu.nvidia.site > "$work/out" 2>&1
-status=$?
-set -e
+PLAYBOOK=k3s_gpu.nvidia.site run k3s-ansible.yml --check
 after=$(find "$work/nodes" -printf '%p %s %m\n' | sort | sha256sum)
 expect "site --check on a k3s-ansible inventory (rc $status)" test "$status" -eq 0
 expect "... the summary says what would change" in_out "gpu: configured | k3s v1.33.10+k3s1 | detected nvidia,nvidia-cdi | written nvidia-legacy | by release nvidia,nvidia-cdi | WOULD CHANGE: created /var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml, created /etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml | 3 node labels"
@@ -205,11 +197,7 @@ expect "... the CPU server is skipped with the reason" in_out "cpu: skipped (no 
 expect "... and nothing was written" test "$before" = "$after"
 
 # 8. site --limit: the summary still comes, for the limited hosts
-set +e
-ansible-playbook -i "$work/k3s-ansible.yml" -e "{\"gpu_node_root\": \"$work/nodes/{{ inventory_hostname }}\"}" \
-    --limit gpu k3s_gpu.nvidia.site > "$work/out" 2>&1
-status=$?
-set -e
+PLAYBOOK=k3s_gpu.nvidia.site run k3s-ansible.yml --limit gpu
 expect "site --limit gpu (rc $status)" test "$status" -eq 0
 expect "... still prints the summary row of the limited host" in_out '"gpu: configured | k3s v1.33.10+k3s1'
 expect "... and no row for a host outside the limit" not_in_out '"cpu: '

@@ -19,12 +19,12 @@ def identity(value):
 @pytest.mark.parametrize("text,expected", [("false", False), ("False", False), ("no", False), ("0", False),
                                            ("true", True), ("yes", True), (True, True), (False, False)])
 def test_text_booleans_are_booleans(text, expected):
-    settings, _warnings = role_vars.read({"gpu_node_force": text, "gpu_node_toolkit_install": text}, identity)
+    settings = role_vars.read({"gpu_node_force": text, "gpu_node_toolkit_install": text}, identity)
     assert settings["force"] is expected and settings["toolkit_install"] is expected
 
 
 def test_defaults_lists_and_ints_come_from_the_spec():
-    settings, _warnings = role_vars.read({"gpu_node_toolkit_dirs": "/opt/a,/opt/b", "gpu_node_restart_timeout_seconds": "60"},
+    settings = role_vars.read({"gpu_node_toolkit_dirs": "/opt/a,/opt/b", "gpu_node_restart_timeout_seconds": "60"},
                                          identity)
     assert settings["toolkit_dirs"] == ["/opt/a", "/opt/b"] and settings["restart_timeout_seconds"] == 60
     assert settings["mode"] == "host" and settings["root"] == "/"
@@ -32,7 +32,7 @@ def test_defaults_lists_and_ints_come_from_the_spec():
 
 @pytest.mark.parametrize("text,expected", [("auto", "auto"), ("false", False), ("true", True)])
 def test_operator_driver_is_auto_or_a_boolean(text, expected):
-    settings, _warnings = role_vars.read({"gpu_node_operator_driver": text}, identity)
+    settings = role_vars.read({"gpu_node_operator_driver": text}, identity)
     assert settings["operator_driver"] == expected
 
 
@@ -44,7 +44,7 @@ def test_a_bad_value_names_the_variable():
 
 
 def test_only_the_names_asked_for_are_read():
-    settings, _warnings = role_vars.read({"gpu_node_mode": "hybrid", "gpu_node_force": "yes"}, identity, ["gpu_node_force"])
+    settings = role_vars.read({"gpu_node_mode": "hybrid", "gpu_node_force": "yes"}, identity, ["gpu_node_force"])
     assert settings == {"force": True}
 
 
