@@ -31,6 +31,7 @@ PLAN_VARS = ("gpu_node_force", "gpu_node_mode", "gpu_node_operator_toolkit", "gp
 CONFIGURE_VARS = ("gpu_node_runtimes", "gpu_node_enable_cdi", "gpu_node_handler_labels", "gpu_node_backup",
                   "gpu_node_target_release")
 
+
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False

@@ -25,7 +25,7 @@ def test_text_booleans_are_booleans(text, expected):
 
 def test_defaults_lists_and_ints_come_from_the_spec():
     settings = role_vars.read({"gpu_node_toolkit_dirs": "/opt/a,/opt/b", "gpu_node_restart_timeout_seconds": "60"},
-                                         identity)
+                              identity)
     assert settings["toolkit_dirs"] == ["/opt/a", "/opt/b"] and settings["restart_timeout_seconds"] == 60
     assert settings["mode"] == "host" and settings["root"] == "/"
 
