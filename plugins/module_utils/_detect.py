@@ -66,7 +66,7 @@ class NodeFS:
             st = self._lstat(host)
             if st is None:
                 # missing: the rest cannot exist either
-                return os.path.join(self.root, *(resolved + [part] + parts[::-1]))
+                return "/".join([host] + parts[::-1])
             if stat.S_ISLNK(st.st_mode) and (follow or parts):
                 hops += 1
                 if hops > _SYMLINK_LIMIT:
@@ -77,7 +77,7 @@ class NodeFS:
                 parts.extend(reversed([p for p in target.split("/") if p not in ("", ".")]))
                 continue
             resolved.append(part)
-        return os.path.join(self.root, *resolved) if resolved else self.root
+        return "/".join([base] + resolved) if resolved else self.root
 
     def stat(self, node_path):
         host = self.host_path(node_path)

@@ -187,44 +187,44 @@ def data_type(profile):
     return _DATA_TYPES[key]
 
 
+# the feature table's fields, parents before children, each path split once (the tree is built per release)
+_FIELDS_BY_DEPTH = sorted(((path, tuple(path.split(".")), type_name, feature)
+                           for path, type_name, feature in distro.TEMPLATE_FIELDS), key=lambda row: len(row[1]))
+
+
 def _data_type(profile):
-    fields = {}
-    gone = []
     release = distro.Release(profile["distribution"], profile["release"])
     present = {}  # many fields share one feature row
-    for path, type_name, feature in distro.TEMPLATE_FIELDS:
-        if feature and feature not in present:
-            present[feature] = _present(release, feature)
-        if feature and not present[feature]:
-            gone.append(path)
-            continue
-        fields[path] = type_name
-    root = _tree(fields)
-    for path in gone:  # known to be absent: refused, not merely unverified
-        parent = _lookup(root, path.split(".")[:-1])
-        if parent is not None and parent.get("kind") == "struct":
-            parent.setdefault("gone", []).append(path.split(".")[-1])
-    return root
-
-
-def _tree(flat):
     root = _struct("templates.ContainerdConfig", {}, open_=False)
-    for path in sorted(flat, key=lambda p: p.count(".")):
-        parts = path.split(".")
+    gone = []
+    for _path, parts, type_name, feature in _FIELDS_BY_DEPTH:
+        if feature:
+            if feature not in present:
+                present[feature] = _present(release, feature)
+            if not present[feature]:
+                gone.append(parts)
+                continue
         node = root
         for part in parts[:-1]:
             child = node["fields"].get(part)
             if child is None:
                 child = node["fields"][part] = _struct(part, {})
-            node = child
-            if node["kind"] == "map":
-                node = node["elem"]
-        kind = flat[path]
-        node["fields"][parts[-1]] = _type_of(kind, parts[-1])
+            node = child["elem"] if child["kind"] == "map" else child
+        node["fields"][parts[-1]] = _type_of(type_name, parts[-1])
+    for parts in gone:  # known to be absent: refused, not merely unverified
+        parent = _lookup(root, parts[:-1])
+        if parent is not None and parent.get("kind") == "struct":
+            parent.setdefault("gone", []).append(parts[-1])
     return root
 
 
+_LEAF_TYPES = {"string": _S, "bool": _B, "int": _I}
+
+
 def _type_of(kind, name):
+    leaf = _LEAF_TYPES.get(kind)
+    if leaf is not None:
+        return leaf
     if kind in ("struct", "ptr-struct"):
         return _struct(name, {})
     if kind in ("closed-struct", "closed-ptr-struct"):
@@ -235,7 +235,7 @@ def _type_of(kind, name):
         return {"kind": "map", "elem": gotemplate.ANY}
     if kind.startswith("[]"):
         return {"kind": "slice", "elem": gotemplate.ANY}
-    return {"string": _S, "bool": _B, "int": _I}.get(kind, gotemplate.ANY)
+    return gotemplate.ANY
 
 
 def _set(struct, path, value):
