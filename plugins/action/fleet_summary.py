@@ -15,7 +15,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _summary as 
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("hosts",))
+    _VALID_ARGS = frozenset(("hosts", "clusters"))
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -25,6 +25,7 @@ class ActionModule(ActionBase):
         for host in self._task.args.get("hosts") or []:
             found = hostvars[host].get("gpu_node_result") if host in hostvars else None
             results.append((host, found))
-        result.update(summary.summarize(results, check_mode=bool(self._task.check_mode)), changed=False)
+        result.update(summary.summarize(results, check_mode=bool(self._task.check_mode),
+                                         clusters=self._task.args.get("clusters") or []), changed=False)
         result["msg"] = result["lines"]
         return result

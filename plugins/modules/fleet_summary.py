@@ -40,6 +40,11 @@ options:
     type: list
     elements: str
     required: true
+  clusters:
+    description: The results of the cluster step (one per cluster), for one row per cluster.
+    type: list
+    elements: dict
+    default: []
 """
 
 EXAMPLES = r"""
@@ -56,8 +61,13 @@ hosts:
   returned: always
   type: list
   elements: dict
+clusters:
+  description: One row per cluster (cluster, writer, status, complete, gpu_operator, runtimeclasses, files, changed or would_change).
+  returned: always
+  type: list
+  elements: dict
 lines:
-  description: The same as one line per host.
+  description: The same as one line per host, then one per cluster.
   returned: always
   type: list
   elements: str
@@ -71,7 +81,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(hosts=dict(type="list", elements="str", required=True)), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dict(hosts=dict(type="list", elements="str", required=True),
+                                              clusters=dict(type="list", elements="dict", default=[])), supports_check_mode=True)
     module.fail_json(msg="k3s_gpu.nvidia.fleet_summary runs through its action plugin, inside k3s_gpu.nvidia.site")
 
 

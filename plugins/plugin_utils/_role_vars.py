@@ -26,7 +26,7 @@ SPEC_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path
                          "roles", "gpu_node", "meta", "argument_specs.yml")
 PREFIX = "gpu_node_"
 # what the role sets itself (facts of its results), never a setting
-ROLE_FACTS = ("gpu_node_result", "gpu_node_reboot_required", "gpu_node_operator_plan")
+ROLE_FACTS = ("gpu_node_result", "gpu_node_reboot_required")
 _SPEC_KEYS = ("type", "elements", "default", "choices", "options", "required", "aliases", "no_log")
 _SPECS = {}
 

@@ -74,8 +74,47 @@ def line(entry, check_mode=False):
     return " | ".join(parts)
 
 
-def summarize(results, check_mode=False):
-    """{"hosts": [rows], "lines": [lines], "counts": {status: n, "changed", "would_change", "restart_needed"}}."""
+def cluster_row(result, check_mode=False):
+    """The summary row of one cluster from its gpu_cluster result (a loop item of the cluster step)."""
+    result = result if isinstance(result, dict) else {}
+    failed = bool(result.get("failed")) or bool(result.get("unreachable"))
+    changed = bool(result.get("changed")) and not failed
+    operator = result.get("gpu_operator") or {}
+    classes = result.get("runtimeclasses") or {}
+    item = result.get("item") if isinstance(result.get("item"), dict) else {}
+    return {
+        "cluster": result.get("cluster") or item.get("name") or "", "writer": result.get("writer") or item.get("writer") or "",
+        "status": "failed" if failed else "done", "reason": result.get("msg") if failed else "",
+        "complete": bool(result.get("complete", item.get("complete", True))),
+        "gpu_operator": operator.get("chart_version") if operator.get("wanted") else None,
+        "runtimeclasses": list(classes.get("written") or []),
+        "files": [{"path": f.get("path"), "action": f.get("action")} for f in result.get("files") or []],
+        "changed": changed and not check_mode, "would_change": changed and check_mode,
+    }
+
+
+def cluster_line(entry, check_mode=False):
+    parts = ["cluster %s: %s" % (entry["cluster"], entry["status"].upper() if entry["status"] == "failed" else "done")]
+    if entry["status"] == "failed":
+        parts.append(str(entry["reason"]))
+        return " | ".join(parts)
+    parts.append("from %s" % entry["writer"])
+    if entry["would_change"]:
+        parts.append("WOULD CHANGE: " + ", ".join("%s %s" % (f["action"], f["path"]) for f in entry["files"]))
+    elif entry["changed"]:
+        parts.append("changed: " + ", ".join("%s %s" % (f["action"], f["path"]) for f in entry["files"]))
+    else:
+        parts.append("unchanged")
+    parts.append("GPU Operator %s" % entry["gpu_operator"] if entry["gpu_operator"] else "no GPU Operator from this collection")
+    parts.append("RuntimeClasses %s" % (",".join(entry["runtimeclasses"]) or "none of ours"))
+    if not entry["complete"]:
+        parts.append("partial run: nothing removed")
+    return " | ".join(parts)
+
+
+def summarize(results, check_mode=False, clusters=()):
+    """{"hosts": [rows], "clusters": [rows], "lines": [lines], "counts": {status: n, "changed", "would_change",
+    "restart_needed", ...}}."""
     rows = [row(host, result, check_mode) for host, result in results]
     counts = {}
     for entry in rows:
@@ -83,4 +122,8 @@ def summarize(results, check_mode=False):
         for flag in ("changed", "would_change", "restart_needed", "reboot_required"):
             counts[flag] = counts.get(flag, 0) + int(bool(entry[flag]))
         counts["cgroup_driver_mismatch"] = counts.get("cgroup_driver_mismatch", 0) + int(bool(entry["cgroup_driver_mismatch"]))
-    return {"hosts": rows, "lines": [line(entry, check_mode) for entry in rows], "counts": counts}
+    cluster_rows = [cluster_row(result, check_mode) for result in clusters or ()]
+    counts["clusters_changed"] = sum(1 for c in cluster_rows if c["changed"] or c["would_change"])
+    counts["clusters_failed"] = sum(1 for c in cluster_rows if c["status"] == "failed")
+    lines = [line(entry, check_mode) for entry in rows] + [cluster_line(entry, check_mode) for entry in cluster_rows]
+    return {"hosts": rows, "clusters": cluster_rows, "lines": lines, "counts": counts}

@@ -181,7 +181,7 @@ before=$(find "$work/nodes" -printf '%p %s %m\n' | sort | sha256sum)
 PLAYBOOK=k3s_gpu.nvidia.site run hosts.yml -e k3s_gpu_servers=rke2_servers
 after=$(find "$work/nodes" -printf '%p %s %m\n' | sort | sha256sum)
 expect "site with a server group that matches nothing fails (rc $status)" test "$status" -ne 0
-expect "... saying which variable to set" in_out "Set k3s_gpu_servers to the group (or pattern) of your k3s/rke2 servers (now rke2_servers, which matches 0 hosts)"
+expect "... saying which variable to set" in_out "k3s_gpu_servers (now rke2_servers) matches no host of the inventory; set it to the group or pattern of your k3s/rke2 servers"
 expect "... before the role touched a node" test "$before" = "$after"
 
 # 7. the site summary of a check-mode run says what would change and that a restart would be needed
@@ -194,6 +194,7 @@ expect "site --check on a k3s-ansible inventory (rc $status)" test "$status" -eq
 expect "... the summary says what would change" in_out "gpu: configured | k3s v1.33.10+k3s1 | detected nvidia,nvidia-cdi | written nvidia-legacy | by release nvidia,nvidia-cdi | WOULD CHANGE: created /var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml, created /etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml | 3 node labels"
 expect "... and that a restart would be needed" in_out "RESTART NEEDED (check mode)"
 expect "... the CPU server is skipped with the reason" in_out "cpu: skipped (no NVIDIA GPU on the PCI bus and no driver loaded) | k3s v1.33.10+k3s1"
+expect "... the cluster's row says which manifest would change" in_out "cluster default: done | from cpu | WOULD CHANGE: created $work/nodes/cpu/var/lib/rancher/k3s/server/manifests/k3s-gpu-nvidia-runtimeclasses.yaml"
 expect "... and nothing was written" test "$before" = "$after"
 
 # 8. site --limit: the summary still comes, for the limited hosts
@@ -201,3 +202,27 @@ PLAYBOOK=k3s_gpu.nvidia.site run k3s-ansible.yml --limit gpu
 expect "site --limit gpu (rc $status)" test "$status" -eq 0
 expect "... still prints the summary row of the limited host" in_out '"gpu: configured | k3s v1.33.10+k3s1'
 expect "... and no row for a host outside the limit" not_in_out '"cpu: '
+manifest=$work/nodes/cpu/var/lib/rancher/k3s/server/manifests/k3s-gpu-nvidia-runtimeclasses.yaml
+expect "... the limited host's cluster gets its RuntimeClasses on its server, outside the limit" grep -qF 'handler: "nvidia-legacy"' "$manifest"
+expect "... and the cluster row says the run was partial" in_out "cluster default: done | from cpu | changed: created $manifest"
+expect "... (partial: nothing removed)" in_out "partial run: nothing removed"
+
+# 9. a partial run only adds: with --limit, runtimeclasses_state=absent leaves the manifest; a full run removes it
+PLAYBOOK=k3s_gpu.nvidia.site run k3s-ansible.yml
+expect "site without a limit (rc $status)" test "$status" -eq 0
+expect "... sees the whole cluster and changes nothing more" in_out "cluster default: done | from cpu | unchanged | no GPU Operator from this collection | RuntimeClasses nvidia-cdi,nvidia-legacy"
+PLAYBOOK=k3s_gpu.nvidia.runtimeclasses run k3s-ansible.yml --limit gpu -e runtimeclasses_state=absent
+expect "runtimeclasses --limit gpu, state absent (rc $status)" test "$status" -eq 0
+expect "... keeps the manifest (a partial run removes nothing)" test -f "$manifest"
+expect "... and says so" in_out "RuntimeClass manifest left as it is"
+PLAYBOOK=k3s_gpu.nvidia.runtimeclasses run k3s-ansible.yml -e runtimeclasses_state=absent
+expect "runtimeclasses state absent on the whole fleet (rc $status)" test "$status" -eq 0
+expect "... removes the manifest" test ! -e "$manifest"
+PLAYBOOK=k3s_gpu.nvidia.runtimeclasses run k3s-ansible.yml -e runtimeclasses_state=absent
+expect "... and a second run changes nothing (rc $status)" test "$status" -eq 0
+expect "... (no host changed)" not_in_out "changed=1"
+PLAYBOOK=k3s_gpu.nvidia.runtimeclasses run k3s-ansible.yml -e runtimeclasses_method=kubectl
+expect "a bad runtimeclasses_method is refused (rc $status)" test "$status" -ne 0
+expect "... naming the variable and its choices" in_out "runtimeclasses_method must be one of: manifest, api"
+expect "... before any node is read" not_in_out "TASK [Read the NVIDIA runtime handlers"
+

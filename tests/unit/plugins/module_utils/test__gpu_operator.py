@@ -408,12 +408,6 @@ def test_host_mode_takes_back_a_node_the_operator_left(sandbox):
     assert plan["remove_operator_leftovers"] is False
 
 
-def test_role_writes_the_manifest_name_of_the_engine():
-    role_vars = yaml.safe_load(
-        (Path(__file__).resolve().parents[4] / "roles/gpu_node/vars/main.yml").read_text(encoding="utf-8"))
-    assert role_vars["gpu_node__operator_manifest_file"] == op.MANIFEST_FILE
-
-
 # --- the role's first decision in one call ----------------------------------------------------------
 
 HOST_SETTINGS = {"force": False, "root": "/", "mode": "host", "operator_toolkit": True, "operator_driver": "auto",

@@ -1,0 +1,143 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The playbooks' step once per cluster: `phase: plan` (run once, on the controller) checks the cluster settings and
+lists the clusters of the run with the server that writes for each; `phase: apply` (delegated to that server) reads
+it, decides the cluster's GPU Operator HelmChart and RuntimeClasses from what its GPU nodes reported, and writes or
+removes the manifests in one module execution. The decisions are in plugin_utils/_cluster_step.py."""
+
+from __future__ import annotations
+
+import base64
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_step as cluster_step
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
+
+
+class ActionModule(ActionBase):
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("phase", "cluster", "objects", "hosts", "pattern_hosts", "servers", "servers_pattern"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        args = self._task.args
+        self._hostvars = task_vars["hostvars"]
+        try:
+            phase = args.get("phase", "apply")
+            if phase == "plan":
+                return self._plan(result, args, task_vars)
+            if phase == "read":
+                return self._read(result, task_vars)
+            return self._apply(result, args, task_vars)
+        except (cluster_step.ClusterStepError, role_vars.RoleVarsError) as exc:
+            result.update(failed=True, changed=False, msg="%s. Nothing was changed." % str(exc).rstrip("."))
+            return result
+        finally:
+            if args.get("phase", "apply") != "plan":
+                self._remove_tmp_path(self._connection._shell.tmpdir)
+
+    def _vars(self, host):
+        return self._hostvars[host] if host in self._hostvars else {}
+
+    def _cluster_of(self, host):
+        return str(self._vars(host).get("k3s_gpu_cluster", cluster_step.DEFAULT_CLUSTER) or cluster_step.DEFAULT_CLUSTER)
+
+    def _plan(self, result, args, task_vars):
+        cluster_step.read_settings(task_vars)  # refused here, before any host is touched
+        run_hosts = list(args.get("hosts") or [])
+        active = set(task_vars.get("ansible_play_hosts") or run_hosts)
+        found = cluster_step.clusters(self._cluster_of, run_hosts, [h for h in run_hosts if h in active],
+                                      list(args.get("pattern_hosts") or []), list(args.get("servers") or []),
+                                      args.get("servers_pattern") or "server")
+        result.update(changed=False, clusters=found,
+                      msg=["cluster %s: written from %s%s" % (c["name"], c["writer"], "" if c["complete"] else
+                                                             " (partial run: nothing removed)") for c in found])
+        return result
+
+    def _read(self, result, task_vars):
+        """This GPU node's reading (runtime_info), with the release the role would plan for (k3s_version, ...)."""
+        host = task_vars.get("inventory_hostname", "")
+        node_vars = role_vars.read(task_vars, self._templar.template, cluster_step.SERVER_VARS + ("gpu_node_toolkit_dirs",))
+        reading = self._read_server(host, task_vars, node_vars, task_vars)
+        if reading.get("failed"):
+            raise cluster_step.ClusterStepError("%s: %s" % (host, host_step.in_role_terms(reading.get("msg")).rstrip(".")))
+        result.update(reading, changed=False)
+        return result
+
+    def _apply(self, result, args, task_vars):
+        cluster = args["cluster"]
+        objects = [o for o in (args.get("objects") or cluster_step.OBJECTS) if o in cluster_step.OBJECTS]
+        writer = cluster["writer"]
+        writer_vars = self._vars(writer)
+        template = self._templar.template
+        settings = cluster_step.read_settings(writer_vars)
+        server_vars = role_vars.read(writer_vars, template, cluster_step.SERVER_VARS)
+        operator = role_vars.read(writer_vars, template, cluster_step.OPERATOR_VARS)
+
+        def node_vars(host):
+            return role_vars.read(self._vars(host), template, cluster_step.NODE_VARS)
+
+        nodes, complete = cluster_step.node_reports(cluster["hosts"], self._vars, node_vars)
+        cluster = dict(cluster, complete=cluster["complete"] and complete)
+        server = self._read_server(writer, writer_vars, server_vars, task_vars)
+        if server.get("failed"):
+            raise cluster_step.ClusterStepError("cluster %s: reading the server %s failed: %s" % (
+                cluster["name"], writer, host_step.in_role_terms(server.get("msg")).rstrip(".")))
+        earlier = None
+        if not cluster["complete"] and cluster_step.RUNTIMECLASSES in objects:
+            earlier = self._earlier_handlers(server, server_vars["root"], task_vars)
+        try:
+            decided = cluster_step.decide(cluster, server, nodes, settings, operator, objects, server_vars["root"], earlier)
+        except cluster_step.ClusterStepError as exc:
+            raise cluster_step.ClusterStepError("cluster %s (written from %s): %s" % (cluster["name"], writer, exc))
+        result.update(decided, changed=False)
+        if decided["files"]:
+            written = self._execute_module(module_name="k3s_gpu.nvidia.node_files",
+                                           module_args={"files": decided["files"]}, task_vars=task_vars)
+            if written.get("failed"):
+                result.update(failed=True, msg="cluster %s: writing on %s failed: %s" % (
+                    cluster["name"], writer, written.get("msg")))
+                return result
+            result["changed"] = bool(written.get("changed"))
+            if "diff" in written:
+                result["diff"] = written["diff"]
+            # what happened to each file (created, updated, removed), or would happen in check mode
+            result["files"] = [f for f in written.get("files") or [] if f.get("action") != "unchanged"]
+        result["msg"] = ["cluster %s (%s %s, written from %s): %s" % (
+            cluster["name"], server["distribution"], server["release"], writer, m) for m in decided["messages"]]
+        return result
+
+    def _read_server(self, writer, writer_vars, server_vars, task_vars):
+        """The host's reading from this run (the role's host step read it when it is a GPU node), else one now, for the
+        release the role would plan for."""
+        own = writer_vars.get("gpu_node_result")
+        if isinstance(own, dict) and isinstance(own.get("_info"), dict):
+            return own["_info"]
+        release = server_vars["release"]
+        distribution = server_vars["distribution"]
+        if not release:
+            found = host_step.inventory_release(writer_vars, self._templar.template)
+            if found and distribution in ("auto", found[2]):
+                release, distribution = found[1], found[2]
+
+        def execute_module(name, module_args):
+            return self._execute_module(module_name=name, module_args=module_args, task_vars=task_vars)
+        return configure.read_node(execute_module, dict(
+            root=server_vars["root"], distribution=distribution, release=release or None,
+            newer_release=server_vars["newer_release"], data_dir=server_vars["data_dir"] or None,
+            toolkit_dirs=server_vars.get("toolkit_dirs") or []))
+
+    def _earlier_handlers(self, server, root, task_vars):
+        path = "%s%s/%s" % (root.rstrip("/"), server["paths"]["manifests_dir"], cluster_step.RUNTIMECLASS_MANIFEST)
+        read = self._execute_module(module_name="ansible.builtin.slurp", module_args={"src": path}, task_vars=task_vars)
+        if read.get("failed") or "content" not in read:
+            return []
+        return cluster_step.earlier_handlers(base64.b64decode(read["content"]).decode("utf-8", "replace"))

@@ -1,0 +1,137 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: gpu_cluster
+short_description: Internal - the cluster objects of k3s_gpu.nvidia's playbooks, once per cluster
+version_added: 0.2.0
+description:
+  - B(Internal to the playbooks k3s_gpu.nvidia.site, k3s_gpu.nvidia.runtimeclasses and k3s_gpu.nvidia.gpu_operator; its
+    options and results may change without notice.) Use the playbooks.
+  - V(plan) (run once) checks the cluster settings (C(runtimeclasses_*), C(k3s_gpu_servers)) before any host is touched
+    and lists the clusters of the run, each with the server that writes for it.
+  - V(apply) (delegated to that server) reads the server, decides the GPU Operator HelmChart and the RuntimeClasses of
+    the cluster from what its GPU nodes reported in this run, and writes or removes both manifests in one module
+    execution. A run that does not see every GPU node of the cluster (C(--limit), a failed node) only adds.
+author:
+  - k3s_gpu.nvidia maintainers (@k3s-gpu)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+attributes:
+  action:
+    support: full
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
+options:
+  phase:
+    description: V(plan) lists the clusters; V(read) reads this GPU node (its NVIDIA handlers) as the role would; V(apply)
+      writes the objects of one cluster.
+    type: str
+    default: apply
+    choices: [plan, read, apply]
+  hosts:
+    description: V(plan) - the GPU hosts of this run (the play's hosts, within C(--limit)).
+    type: list
+    elements: str
+  pattern_hosts:
+    description: V(plan) - every host of C(k3s_gpu_nodes) in the inventory, C(--limit) aside.
+    type: list
+    elements: str
+  servers:
+    description: V(plan) - every host of C(k3s_gpu_servers) in the inventory, in inventory order.
+    type: list
+    elements: str
+  servers_pattern:
+    description: V(plan) - the C(k3s_gpu_servers) pattern, for messages.
+    type: str
+  cluster:
+    description: V(apply) - one entry of the V(plan) phase's RV(clusters).
+    type: dict
+  objects:
+    description: V(apply) - what this run writes.
+    type: list
+    elements: str
+    choices: [gpu_operator, runtimeclasses]
+    default: [gpu_operator, runtimeclasses]
+seealso:
+  - module: k3s_gpu.nvidia.runtime_info
+  - module: k3s_gpu.nvidia.node_files
+"""
+
+EXAMPLES = r"""
+# Internal: the playbooks k3s_gpu.nvidia.site, runtimeclasses and gpu_operator call it.
+- name: Find the clusters of this run
+  k3s_gpu.nvidia.gpu_cluster:
+    phase: plan
+    hosts: "{{ ansible_play_hosts_all }}"
+    servers: "{{ query('ansible.builtin.inventory_hostnames', 'server') }}"
+  run_once: true
+  register: clusters
+"""
+
+RETURN = r"""
+clusters:
+  description: V(plan) - the clusters of the run.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The cluster (C(k3s_gpu_cluster) of its hosts).
+      type: str
+    writer:
+      description: The server that writes the cluster's manifests.
+      type: str
+    hosts:
+      description: The GPU hosts of the cluster in this run.
+      type: list
+      elements: str
+    complete:
+      description: Whether the run sees every host of the cluster (else nothing is removed).
+      type: bool
+gpu_operator:
+  description: V(apply) - the cluster's GPU Operator HelmChart (C(wanted), C(chart_version), C(operator_mode), C(operator_nodes), C(manifest)).
+  returned: success
+  type: dict
+runtimeclasses:
+  description: V(apply) - the cluster's RuntimeClasses (C(written), C(shipped), C(skipped), C(owners), C(manifests) for the API method).
+  returned: success
+  type: dict
+chart_archive:
+  description: V(apply) - C({src, dest, directory}) when the GPU Operator chart archive is to be copied to the server (air-gapped), else null.
+  returned: success
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(
+        phase=dict(type="str", default="apply", choices=["plan", "read", "apply"]), hosts=dict(type="list", elements="str"),
+        pattern_hosts=dict(type="list", elements="str"), servers=dict(type="list", elements="str"),
+        servers_pattern=dict(type="str"), cluster=dict(type="dict"),
+        objects=dict(type="list", elements="str", choices=["gpu_operator", "runtimeclasses"],
+                     default=["gpu_operator", "runtimeclasses"])),
+        supports_check_mode=True)
+    module.fail_json(msg="k3s_gpu.nvidia.gpu_cluster runs through its action plugin, inside the collection's playbooks")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,260 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The objects of one k3s/rke2 cluster (the GPU Operator HelmChart, the RuntimeClasses), decided on the controller
+for the cluster action (plugins/action/gpu_cluster.py): which clusters a run touches and which server writes for
+each, what each cluster's GPU nodes report, and the files the writer gets.
+
+A run that does not see every GPU node of a cluster (--limit, a node that failed or was unreachable) only adds:
+it keeps every RuntimeClass the manifest already has and never removes a manifest, so that a partial run cannot
+take a RuntimeClass or the GPU Operator away from the nodes it did not look at.
+
+PRIVATE to the collection."""
+
+from __future__ import annotations
+
+import posixpath
+
+import yaml
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _gpu_operator as gpu_operator
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
+
+GPU_OPERATOR = "gpu_operator"
+RUNTIMECLASSES = "runtimeclasses"
+OBJECTS = (GPU_OPERATOR, RUNTIMECLASSES)
+RUNTIMECLASS_MANIFEST = "k3s-gpu-nvidia-runtimeclasses.yaml"
+OPERATOR_MANIFEST = gpu_operator.MANIFEST_FILE
+DEFAULT_CLUSTER = "default"
+# the keys k3s_gpu.nvidia.runtimeclasses reads from its first play's reading of a node (runtime_info)
+READING_VAR = "runtimeclasses__info"
+
+# the playbooks' cluster variables, converted as the role's are (-e and INI values arrive as text)
+SETTINGS_SPEC = {
+    "runtimeclasses_state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+    "runtimeclasses_method": {"type": "str", "choices": ["manifest", "api"], "default": "manifest"},
+    "runtimeclasses_kubeconfig": {"type": "str", "default": ""},
+    "runtimeclasses_node_selector": {"type": "dict", "default": {}},
+    "runtimeclasses_overhead": {"type": "dict", "default": {}},
+    "runtimeclasses_select_nodes": {"type": "bool", "default": False},
+}
+# the role's variables that shape a cluster's objects, read from the writer (the same values on every host of a cluster)
+OPERATOR_VARS = ("gpu_node_operator_state", "gpu_node_operator_chart_version", "gpu_node_operator_chart_repo",
+                 "gpu_node_operator_chart_archive", "gpu_node_operator_namespace", "gpu_node_operator_cdi",
+                 "gpu_node_operator_driver", "gpu_node_operator_toolkit", "gpu_node_operator_values",
+                 "gpu_node_operator_helmchart_spec")
+SERVER_VARS = ("gpu_node_root", "gpu_node_distribution", "gpu_node_release", "gpu_node_newer_release", "gpu_node_data_dir")
+NODE_VARS = ("gpu_node_mode", "gpu_node_driver_install")
+
+
+class ClusterStepError(ValueError):
+    """A cluster setting or layout the step refuses; the message names the variable and the fix."""
+
+
+def read_settings(values):
+    """The runtimeclasses_* variables (a mapping of what is set), converted; raises ClusterStepError."""
+    given = dict((name, values[name]) for name in SETTINGS_SPEC if name in values)
+    validated = ArgumentSpecValidator(SETTINGS_SPEC).validate(given)
+    if validated.error_messages:
+        raise ClusterStepError("; ".join(validated.error_messages))
+    settings = validated.validated_parameters
+    if settings["runtimeclasses_method"] == "api" and not settings["runtimeclasses_kubeconfig"]:
+        raise ClusterStepError("runtimeclasses_method is api but runtimeclasses_kubeconfig is not set; set it to the "
+                               "kubeconfig of the cluster, or use runtimeclasses_method=manifest")
+    # the shape of the RuntimeClass fields, before any host is touched
+    runtimeclasses.check_node_selector(settings["runtimeclasses_node_selector"] or None)
+    runtimeclasses.check_overhead(settings["runtimeclasses_overhead"] or None)
+    return settings
+
+
+def clusters(cluster_of, run_hosts, active_hosts, pattern_hosts, servers, servers_pattern):
+    """The clusters a run touches: [{name, writer, hosts, complete}] in the order their first host appears.
+
+    cluster_of(host): the host's k3s_gpu_cluster. run_hosts: the GPU hosts of this run (the play's, within
+    --limit); active_hosts: those of them still in the play (not failed, not unreachable); pattern_hosts: every
+    host of k3s_gpu_nodes in the inventory (--limit aside); servers: every host of k3s_gpu_servers (inventory
+    order, --limit aside). The writer is the cluster's first server that has not failed in this run."""
+    if not servers:
+        raise ClusterStepError("k3s_gpu_servers (now %s) matches no host of the inventory; set it to the group or pattern "
+                               "of your k3s/rke2 servers (k3s-ansible: server, rke2-ansible: rke2_servers)" % servers_pattern)
+    in_run = set(run_hosts)
+    failed = in_run - set(active_hosts)
+    found = {}
+    order = []
+    for host in run_hosts:
+        name = cluster_of(host)
+        if name not in found:
+            found[name] = {"name": name, "hosts": [], "writer": None, "complete": True}
+            order.append(name)
+        found[name]["hosts"].append(host)
+    for host in pattern_hosts:
+        entry = found.get(cluster_of(host))
+        if entry is not None and host not in in_run:
+            entry["complete"] = False  # --limit left out a host of this cluster
+    for name in order:
+        entry = found[name]
+        candidates = [s for s in servers if cluster_of(s) == name]
+        usable = [s for s in candidates if s not in failed]
+        if not usable:
+            raise ClusterStepError(
+                "cluster %s (hosts %s) has no %sserver in k3s_gpu_servers (%s); add its servers to that group, or set "
+                "k3s_gpu_cluster on them to %s" % (name, ", ".join(entry["hosts"]), "reachable " if candidates else "",
+                                                   servers_pattern, name))
+        entry["writer"] = usable[0]
+    return [found[name] for name in order]
+
+
+def node_reports(hosts, host_vars, read_node_vars):
+    """What each host of a cluster tells: ([{host, handlers, gpu_operator, mode, driver_install}], complete).
+
+    host_vars(host): the host's variables (gpu_node_result from the role in this run, or the runtimeclasses playbook's
+    reading); read_node_vars(host): its gpu_node_mode and gpu_node_driver_install, converted. A host whose role step
+    failed, or that has no reading at all (unreachable), makes the picture incomplete; a host the role left alone (no
+    GPU) is not a GPU node. A host with neither (the gpu_operator playbook on its own) counts with its mode only."""
+    nodes = []
+    complete = True
+    for host in hosts:
+        seen = host_vars(host)
+        result = seen.get("gpu_node_result")
+        reading = seen.get(READING_VAR)
+        if isinstance(result, dict) and result:
+            if result.get("failed") or result.get("unreachable"):
+                complete = False
+                continue
+            if result.get("status", "configured") != "configured":
+                continue
+            handlers = list(result.get("handlers") or [])
+            present = bool(result.get("gpu_operator"))
+        elif isinstance(reading, dict) and reading and not reading.get("skipped"):
+            if reading.get("failed"):
+                complete = False
+                continue
+            names = [r["name"] for r in reading.get("release_runtimes") or []]
+            names += list((reading.get("loaded_config") or {}).get("runtimes") or [])
+            handlers = sorted(set(n for n in names if n.startswith("nvidia")))
+            present = bool((reading.get("gpu_operator") or {}).get("present"))
+        else:
+            handlers, present = None, False
+        node = {"host": host, "handlers": handlers, "gpu_operator": present}
+        node.update(read_node_vars(host))
+        nodes.append(node)
+    return nodes, complete
+
+
+def earlier_handlers(manifest_text):
+    """The handlers of the RuntimeClasses in a manifest this collection wrote earlier (kept by a partial run)."""
+    handlers = set()
+    try:
+        documents = list(yaml.safe_load_all(manifest_text or ""))
+    except yaml.YAMLError:
+        return []
+    for document in documents:
+        if isinstance(document, dict) and document.get("kind") == runtimeclasses.KIND and document.get("handler"):
+            handlers.add(str(document["handler"]))
+    return sorted(handlers)
+
+
+def decide(cluster, server, nodes, settings, operator_settings, objects, root="/", earlier=None):
+    """The files the writer gets for one cluster and what to report.
+
+    cluster: an entry of clusters(); server: the writer's runtime_info reading; nodes: node_reports()[0];
+    settings: read_settings(); operator_settings: the role's gpu_node_operator_* read by _role_vars (operator_*), converted;
+    objects: which of OBJECTS this run writes; earlier: handlers of the RuntimeClass manifest on the server (read
+    only when the run is partial). Raises ClusterStepError."""
+    complete = cluster["complete"]
+    paths = server["paths"]
+    prefix = root.rstrip("/")
+    result = {"cluster": cluster["name"], "writer": cluster["writer"], "complete": complete,
+              "distribution": server["distribution"], "release": server["release"],
+              "nodes": [n["host"] for n in nodes], "files": [], "messages": [], "chart_archive": None,
+              "gpu_operator": None, "runtimeclasses": None}
+    mode_nodes = [{"host": n["host"], "mode": n["mode"], "driver_install": n["driver_install"]} for n in nodes]
+    try:
+        operator_plan = gpu_operator.plan_cluster(server, _plan_settings(operator_settings), mode_nodes)
+    except gpu_operator.GpuOperatorPlanError as exc:
+        raise ClusterStepError(str(exc)) from exc
+    if GPU_OPERATOR in objects:
+        result["gpu_operator"] = _operator_files(result, operator_plan, operator_settings, paths, prefix, complete)
+    if RUNTIMECLASSES in objects:
+        owned = operator_plan["runtimeclasses"]
+        reported = [dict((k, n[k]) for k in ("host", "handlers", "gpu_operator")) for n in nodes if n["handlers"] is not None]
+        for node in reported:
+            if next(n for n in nodes if n["host"] == node["host"])["mode"] == gpu_operator.MODE_OPERATOR:
+                node["operator_runtimeclasses"] = owned
+        if not complete and earlier:
+            reported.append({"host": "(RuntimeClasses written by an earlier run)", "handlers": earlier})
+        try:
+            plan = runtimeclasses.plan_runtimeclasses(
+                server, reported, node_selector=settings["runtimeclasses_node_selector"] or None,
+                overhead=settings["runtimeclasses_overhead"] or None,
+                select_by_handler_label=settings["runtimeclasses_select_nodes"])
+        except runtimeclasses.RuntimeClassPlanError as exc:
+            raise ClusterStepError(str(exc)) from exc
+        result["runtimeclasses"] = _runtimeclass_files(result, plan, settings, paths, prefix, complete)
+    return result
+
+
+def _plan_settings(operator_settings):
+    """The role's gpu_node_operator_* variables (read without the gpu_node_ prefix) as _gpu_operator.plan_cluster takes them."""
+    setting = dict((name[len("operator_"):], value) for name, value in operator_settings.items() if name.startswith("operator_"))
+    return {"chart_version": setting.get("chart_version") or "", "chart_repo": setting.get("chart_repo") or "",
+            "chart_archive": posixpath.basename(setting.get("chart_archive") or ""), "namespace": setting.get("namespace"),
+            "cdi": setting.get("cdi"), "driver": setting.get("driver"), "toolkit": setting.get("toolkit"),
+            "values": setting.get("values") or {}, "helmchart_spec": setting.get("helmchart_spec") or {}}
+
+
+def _operator_files(result, plan, operator_settings, paths, prefix, complete):
+    path = "%s%s/%s" % (prefix, paths["manifests_dir"], OPERATOR_MANIFEST)
+    wanted = operator_settings.get("operator_state", "present") == "present" and plan["wanted"]
+    report = {"wanted": wanted, "chart_version": plan["chart_version"], "operator_mode": plan["operator_mode"],
+              "operator_nodes": plan["operator_nodes"], "runtimeclasses_created": plan["runtimeclasses_created"],
+              "runtimeclasses_deleted": plan["runtimeclasses_deleted"], "manifest": path}
+    if wanted:
+        result["files"].append({"path": path, "state": "file", "content": gpu_operator.render_manifest(plan),
+                                "mode": "0600", "directory_mode": "0700"})
+        result["messages"].append("GPU Operator %s (%s mode) for %s; its RuntimeClasses: creates %s, deletes %s" % (
+            plan["chart_version"], plan["operator_mode"], ", ".join(plan["operator_nodes"]),
+            ", ".join(plan["runtimeclasses_created"]) or "-", ", ".join(plan["runtimeclasses_deleted"]) or "-"))
+        if plan["chart_archive_path"]:
+            result["chart_archive"] = {"src": operator_settings["operator_chart_archive"], "dest": prefix + plan["chart_archive_path"],
+                                       "directory": prefix + paths["static_charts_dir"]}
+    elif complete:
+        # k3s/rke2 do not delete the objects of a removed manifest: the README says how to uninstall the chart
+        result["files"].append({"path": path, "state": "absent"})
+        result["messages"].append("no GPU Operator from this collection (%s)" % (
+            "gpu_node_operator_state=absent" if plan["wanted"] else "no GPU node of the cluster is in operator mode"))
+    else:
+        result["messages"].append("GPU Operator manifest left as it is: this run does not see every GPU node of the "
+                                  "cluster (--limit, or a node failed), and only a full run removes it")
+    return report
+
+
+def _runtimeclass_files(result, plan, settings, paths, prefix, complete):
+    path = "%s%s/%s" % (prefix, paths["manifests_dir"], RUNTIMECLASS_MANIFEST)
+    names = [m["metadata"]["name"] for m in plan["manifests"]]
+    wanted = settings["runtimeclasses_state"] == "present" and bool(plan["manifests"])
+    report = {"manifests": plan["manifests"] if wanted else [], "written": names if wanted else [],
+              "shipped": plan["shipped"], "skipped": plan["skipped"], "owners": plan["owners"],
+              "method": settings["runtimeclasses_method"], "manifest": path}
+    left = "; ".join("%s: %s" % (s["name"], s["reason"]) for s in plan["skipped"])
+    if settings["runtimeclasses_method"] == "api":
+        result["messages"].append("RuntimeClasses through the API: %s%s" % (
+            ", ".join(report["written"]) or "none", "; left to their owner: " + left if left else ""))
+        return report
+    if wanted:
+        result["files"].append({"path": path, "state": "file", "content": runtimeclasses.render_manifest_yaml(plan["manifests"]),
+                                "mode": "0600", "directory_mode": "0700"})
+        result["messages"].append("RuntimeClasses written: %s%s" % (", ".join(names), "; left to their owner: " + left if left else ""))
+    elif complete:
+        result["files"].append({"path": path, "state": "absent"})
+        result["messages"].append("no RuntimeClass manifest (%s)%s" % (
+            "runtimeclasses_state=absent" if settings["runtimeclasses_state"] == "absent"
+            else "the release or the GPU Operator provides every class the nodes need", "; " + left if left else ""))
+    else:
+        result["messages"].append("RuntimeClass manifest left as it is: this run does not see every GPU node of the "
+                                  "cluster (--limit, or a node failed), and only a full run removes it")
+    return report
