@@ -26,7 +26,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 RELEASE = "v1.33.10+k3s1"
 CDI_NODE = {"host": "gpu1", "cdi_enabled": True, "cdi_spec": True, "handlers": ["nvidia", "nvidia-cdi", "runc"]}
 PLAIN_NODE = {"host": "gpu2", "cdi_enabled": False, "cdi_spec": False, "handlers": ["nvidia", "runc"]}
-SHIPPED = ["nvidia", "nvidia-experimental", "crun"]  # what k3s itself ships (runtimes.yaml)
+SHIPPED = ("nvidia", "nvidia-experimental", "crun")  # what k3s itself ships (runtimes.yaml)
 
 
 def cluster_of(distribution="k3s", release=RELEASE):
@@ -104,8 +104,8 @@ def test_helmchart_is_valid_for_the_release_line(distribution, release, controll
 
 
 def test_manifest_is_byte_stable():
-    settings = {"sharing": {"replicas": 4, "strategy": "time-slicing"}, "configs": {"b": {"strategy": "mps", "replicas": 2},
-                                                                                      "a": None}}
+    settings = {"sharing": {"replicas": 4, "strategy": "time-slicing"},
+                "configs": {"b": {"strategy": "mps", "replicas": 2}, "a": None}}
     nodes = [dict(PLAIN_NODE, config="b"), dict(CDI_NODE, config="a")]
     first = dp.render_manifest(plan(settings, nodes))
     reordered = {"configs": {"a": None, "b": {"replicas": 2, "strategy": "mps"}},
