@@ -244,6 +244,44 @@ GPU_OPERATOR_RUNTIMECLASSES = {
 # "requires containerd 2.0", NRI plugin mode containerd 2.1)
 GPU_OPERATOR_MODE_CONTAINERD = {"cdi": "2.0", "nri": "2.1", "legacy": None}
 
+# --- NVIDIA device plugin (host mode) ------------------------------------------------------------------
+# Chart nvidia-device-plugin of NVIDIA/k8s-device-plugin. Sources, per fact: docs/device-plugin.md. The
+# repository index is the gh-pages branch (index.yaml @bf584288ed8c lists every version below).
+DEVICE_PLUGIN_CHART = {
+    "name": "nvidia-device-plugin",
+    "repo": "https://nvidia.github.io/k8s-device-plugin",
+    "default_version": "0.20.0",
+    # nvidia.com/device-plugin.config: the node label the chart's config-manager reads
+    "config_label": "nvidia.com/device-plugin.config",
+}
+# version -> the chart at that tag: the commit, its default image (values.yaml image.repository, tag
+# v<appVersion> from templates/_helpers.tpl) and the allowed values of the options this collection sets
+# (api/config/v1/consts.go; cmd/nvidia-device-plugin/main.go validateFlags). The three tags have the same
+# values.yaml keys for everything the collection sets (git diff of the chart directory between the tags).
+_DEVICE_PLUGIN_OPTIONS = {
+    "mig_strategies": ("none", "single", "mixed"),
+    "device_list_strategies": ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri"),
+    "device_discovery_strategies": ("auto", "nvml", "tegra"),
+    "sharing_strategies": ("time-slicing", "mps"),
+    # cmd/mps-control-daemon/mps/device.go maxClients(): 48 from compute capability 7.5, else 16
+    "mps_max_replicas": 48,
+    # the NFD subchart's image.repository (charts/node-feature-discovery-0.17.3 / 0.19.0 values.yaml),
+    # deployed with gfd.enabled
+    "nfd_image_repository": "registry.k8s.io/nfd/node-feature-discovery",
+}
+DEVICE_PLUGIN_VERSIONS = {
+    "0.18.2": dict(_DEVICE_PLUGIN_OPTIONS, commit="fb1242add205d8563f9c604b8ba239607b4083e6",
+                   image="nvcr.io/nvidia/k8s-device-plugin:v0.18.2"),
+    "0.19.3": dict(_DEVICE_PLUGIN_OPTIONS, commit="570e776d6813cb9f3e9c8c105cf8d79989db6650",
+                   image="nvcr.io/nvidia/k8s-device-plugin:v0.19.3"),
+    # the one rendered by the conformance tests (shared charts/nvidia-device-plugin-0.20.0.tgz)
+    "0.20.0": dict(_DEVICE_PLUGIN_OPTIONS, commit="1b826acc6af3079d8923bac395c3124b8861a9a6",
+                   image="nvcr.io/nvidia/k8s-device-plugin:v0.20.0"),
+}
+# The devicePluginCDIDevices CRI field that deviceListStrategy cdi-cri uses: Kubernetes KEP-4009,
+# alpha in 1.28 (feature gate off), beta and on by default from 1.29, GA in 1.31.
+DEVICE_PLUGIN_CDI_CRI_KUBERNETES = "1.29"
+
 # --- helm-controller (the HelmChart custom resource) -------------------------------------------------
 # The k3s-io/helm-controller version each release compiles in (rke2 go.mod at each tag; k3s's release
 # notes agree where both list it): line -> ((first release, version), ...). Source and the CRD schemas:
