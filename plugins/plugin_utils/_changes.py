@@ -184,7 +184,7 @@ def own_files(facts, plan, changes, backup=False):
     """The role's bookkeeping around the engine's changes: keep the bytes of a user's file before its first edit
     (present), put them back or take out only our tables (absent), and let our directories go with our files."""
     by_key = dict((c["key"], c) for c in changes)
-    extra = []
+    first, extra = [], []  # node_files applies in order: an original is kept before the edit it predates
     # the files of this node's layout whose reading has the kept-original facts
     keys = [key for key in ORIGINAL_KEYS if key + "_orig" in facts["files"] and key in facts["paths"]]
     if plan["state"] == "present":
@@ -206,7 +206,7 @@ def own_files(facts, plan, changes, backup=False):
                                          "collection's first edit is unknown and not kept" % (
                                              change["node_path"], ", ".join(sorted(ours & set(found or ())))))
                     continue
-                extra.append(_bookkeeping(facts, key, "orig", before))
+                first.append(_bookkeeping(facts, key, "orig", before))
                 extra.append(_bookkeeping(facts, key, "record", record_text(change["node_path"], change["after"])))
             elif record is not None and recorded_sha256(record) == _sha256(before):
                 extra.append(_bookkeeping(facts, key, "record", record_text(change["node_path"], change["after"])))
@@ -223,7 +223,7 @@ def own_files(facts, plan, changes, backup=False):
             by_key[key] = _take_back(facts, plan, key, original, backup)
             extra.append(_bookkeeping(facts, key, "orig", None))
             extra.append(_bookkeeping(facts, key, "record", None))
-    result = []
+    result = [c for c in first if c is not None]
     for change in changes:
         if change["key"] in by_key:
             change = by_key.pop(change["key"])

@@ -76,6 +76,8 @@ def test_the_first_edit_keeps_the_original_and_records_what_it_left(sandbox, dis
     kept = found[path + distro.ORIGINAL_SUFFIX]
     assert (kept["before"], kept["after"], kept["mode"], kept["exists"]) == (None, text, "0600", False)
     assert found[path + distro.RECORD_SUFFIX]["after"] == record(path, edited)
+    order = [c["node_path"] for c in file_changes]  # node_files applies in order: the original is kept first
+    assert order.index(path + distro.ORIGINAL_SUFFIX) < order.index(path) < order.index(path + distro.RECORD_SUFFIX)
     entry = changes.write_entry(kept, {"backup": False, "validate": "containerd --config %s config dump", "mode": "0644"})
     assert entry["expected_state"] == "absent" and entry["mode"] == "0600" and "validate" not in entry
 
