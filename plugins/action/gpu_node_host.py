@@ -119,8 +119,8 @@ class ActionModule(ActionBase):
 
     def _configure(self, result, settings, info, plan, execute_module):
         absent = settings["state"] == "absent"
-        params = dict(state=settings["state"],
-            root=settings["root"], distribution=info["distribution"], release=info["release"],
+        params = dict(
+            state=settings["state"], root=settings["root"], distribution=info["distribution"], release=info["release"],
             newer_release=settings["newer_release"], data_dir=settings["data_dir"] or None,
             toolkit_dirs=settings["toolkit_dirs"], runtimes=settings["runtimes"] or None,
             default_runtime=plan["mode"].get("default_runtime") or None, enable_cdi=settings["enable_cdi"],
