@@ -27,7 +27,8 @@ READ_VARS = ("gpu_node_root", "gpu_node_distribution", "gpu_node_release", "gpu_
              "gpu_node_toolkit_dirs")
 PLAN_VARS = ("gpu_node_force", "gpu_node_mode", "gpu_node_operator_toolkit", "gpu_node_operator_driver",
              "gpu_node_toolkit_install", "gpu_node_driver_install", "gpu_node_driver_reboot", "gpu_node_default_runtime",
-             "gpu_node_remove_operator_leftovers", "gpu_node_cdi_generate", "gpu_node_cdi_spec_path")
+             "gpu_node_remove_operator_leftovers", "gpu_node_cdi_generate", "gpu_node_cdi_spec_path", "gpu_node_state",
+             "gpu_node_absent_remove_toolkit")
 CONFIGURE_VARS = ("gpu_node_runtimes", "gpu_node_enable_cdi", "gpu_node_handler_labels", "gpu_node_backup",
                   "gpu_node_target_release")
 
@@ -84,7 +85,7 @@ class ActionModule(ActionBase):
         result["warnings"].extend(info.pop("warnings", None) or [])
         plan_settings = dict((k, settings[k]) for k in (
             "force", "root", "mode", "operator_toolkit", "operator_driver", "toolkit_install", "driver_install",
-            "driver_reboot", "default_runtime", "remove_operator_leftovers"))
+            "driver_reboot", "default_runtime", "remove_operator_leftovers", "state", "absent_remove_toolkit"))
         plan_settings["local_connection"] = task_vars.get("ansible_connection", "ssh") == "local"
         try:
             plan = host_step.plan_host(info, plan_settings, host)
@@ -96,7 +97,7 @@ class ActionModule(ActionBase):
         cdi = host_step.cdi_due(info, plan, settings)
         due = plan["selected"] and bool(mode.get("install_driver") or mode.get("install_toolkit")
                                         or mode.get("remove_host_toolkit") or mode.get("remove_operator_leftovers") or cdi)
-        result.update(_info=info, _plan=plan, install_due=due, cdi_due=cdi)
+        result.update(_info=info, _plan=plan, install_due=due, cdi_due=cdi, _cdi_marker=host_step.cdi_marker(settings))
         if not plan["selected"] or due:
             result.update(host_step.node_result(plan, info, None))
             return result
@@ -113,12 +114,13 @@ class ActionModule(ActionBase):
             return host_step.failed(result, "%s: reading the node after the installs failed: %s" % (self._host, message))
         fresh.pop("warnings", None)  # said by the first reading
         result.update(host_step.node_result(plan, fresh, None), _info=fresh, _plan=plan, install_due=False,
-                      cdi_due=host_step.cdi_due(fresh, plan, settings))
+                      cdi_due=host_step.cdi_due(fresh, plan, settings), _cdi_marker=host_step.cdi_marker(settings))
         return result
 
     def _configure(self, result, settings, info, plan, execute_module):
+        absent = settings["state"] == "absent"
         params = dict(
-            root=settings["root"], distribution=info["distribution"], release=info["release"],
+            state=settings["state"], root=settings["root"], distribution=info["distribution"], release=info["release"],
             newer_release=settings["newer_release"], data_dir=settings["data_dir"] or None,
             toolkit_dirs=settings["toolkit_dirs"], runtimes=settings["runtimes"] or None,
             default_runtime=plan["mode"].get("default_runtime") or None, enable_cdi=settings["enable_cdi"],
@@ -126,11 +128,16 @@ class ActionModule(ActionBase):
             handler_labels=settings["handler_labels"] if info["distribution"] in (distro.K3S, distro.RKE2) else None,
             backup=settings["backup"], node_facts=info,
             # the release the inventory asks for: its template check is reported before the upgrade reaches the node
-            target_release=settings["target_release"] if settings["target_release"] not in ("", info["release"]) else None)
+            target_release=settings["target_release"] if settings["target_release"] not in ("", info["release"]) and not absent
+            else None)
         validated = ArgumentSpecValidator(configure.SPEC).validate(params)
         if validated.error_messages:
             return host_step.failed(result, "; ".join(validated.error_messages))
-        runtimes = configure.run({}, validated.validated_parameters, execute_module, self._task.diff)
+        # state absent: the CDI spec the role generated goes in the same node_files execution
+        extra, extra_warnings = host_step.cdi_spec_changes(info, settings) if absent else ([], [])
+        result["warnings"].extend(extra_warnings)
+        runtimes = configure.run({}, validated.validated_parameters, execute_module, self._task.diff, own_files=True,
+                                 extra_changes=extra)
         result["warnings"].extend(runtimes.pop("warnings", None) or [])
         for key in ("changed", "failed", "msg", "diff"):
             if key in runtimes:

@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import hashlib
 import json
 import os
 import posixpath
@@ -661,10 +662,15 @@ def cdi_facts(fs, driver=None):
             if not name.endswith((".yaml", ".yml", ".json")):
                 continue
             path = directory + "/" + name
-            text = fs.read_text(path, 4 * MAX_CONFIG_BYTES)
-            if text is None:
+            data = fs.read_bytes(path, 4 * MAX_CONFIG_BYTES)
+            if data is None:
                 continue
+            text = data.decode("utf-8", "replace")
             summary = _cdi_spec_summary(path, text)
+            # what the gpu_node role generated (its marker line first), and the bytes' SHA-1 for a removal that
+            # must not take a spec rewritten since it was read
+            summary["generated_by_collection"] = text.startswith(distro.CDI_SPEC_MARKER)
+            summary["sha1"] = hashlib.sha1(data).hexdigest()
             if summary["kind"] == "nvidia.com/gpu":
                 version = (driver or {}).get("version")
                 numbered = [d for d in summary["devices"] if d.isdigit()]
@@ -775,6 +781,16 @@ def file_facts(fs, path, include_content):
     if include_content:
         facts["content"] = text
     return facts
+
+
+def original_facts(fs, paths, keys):
+    """<key>_orig and <key>_record: the bytes of a user's file before the collection's first edit, and the SHA-256 of
+    the text the collection last left in it (distro.ORIGINAL_SUFFIX, distro.RECORD_SUFFIX), with their text."""
+    found = {}
+    for key in keys:
+        found[key + "_orig"] = file_facts(fs, paths[key] + distro.ORIGINAL_SUFFIX, True)
+        found[key + "_record"] = file_facts(fs, paths[key] + distro.RECORD_SUFFIX, True)
+    return found
 
 
 _VERSION_KEY = re.compile(r"^\s*version\s*=\s*(\d+)\s*(?:#.*)?$", re.M)
@@ -896,6 +912,7 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
         service = {"unit_file": None, "env_files": [], "path": distro.SYSTEMD_DEFAULT_PATH}
         facts["files"] = {"config": file_facts(fs, paths["config"], True),
                           "dropin": file_facts(fs, paths["dropin"], True)}
+        facts["files"].update(original_facts(fs, paths, ("config",)))
         facts["release_runtimes"] = []
         facts["default_runtime"] = {"value": None, "source": None}
         facts["disabled_components"] = []
@@ -914,6 +931,7 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
                 facts["paths"] = paths
         facts["files"] = dict((key, file_facts(fs, paths[key], True)) for key in (
             "template_v3", "template_v2", "dropin_v3", "dropin_v2", "default_runtime_file", "labels_file_legacy"))
+        facts["files"].update(original_facts(fs, paths, ("template_v3", "template_v2")))
         exec_line = service.pop("exec_start_expanded")
         in_use = runtime_in_use(fs, distribution, paths, exec_line, service["unit_file"])
         in_use["release"] = profile["release"]

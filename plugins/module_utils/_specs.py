@@ -68,6 +68,7 @@ NODE_FILE_SPEC = dict(
     attributes=dict(type="str", aliases=["attr"]),
     unsafe_writes=dict(type="bool", default=False),
     directory_mode=dict(type="raw", default="0700"),
+    remove_empty_parent=dict(type="bool", default=False),
 )
 
 NODE_FILES_SPEC = dict(files=dict(type="list", elements="dict", required=True, options=NODE_FILE_SPEC))

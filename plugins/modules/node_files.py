@@ -108,6 +108,12 @@ options:
         description: Mode of parent directories this module creates.
         type: raw
         default: "0700"
+      remove_empty_parent:
+        description:
+          - With O(files[].state=absent), also remove the file's directory when the removal leaves it empty (a
+            directory that holds anything else, a backup included, stays).
+        type: bool
+        default: false
 notes:
   - The text of each file travels in the module arguments; the module is meant for configuration files of a few
     KiB, not for large payloads.
@@ -147,7 +153,11 @@ files:
     backup_file:
       description: The copy made with O(files[].backup), else null.
       type: str
-  sample: [{"path": "/etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml", "action": "created", "backup_file": null}]
+    parent_removed:
+      description: The directory removed (in check mode, that would be removed) with O(files[].remove_empty_parent), else null.
+      type: str
+  sample: [{"path": "/etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml", "action": "created", "backup_file": null,
+            "parent_removed": null}]
 """
 
 import errno
@@ -268,12 +278,27 @@ def _write(module, entry, state):
     return backup
 
 
+def _remove_empty_parent(module, entry):
+    """The file's directory, removed when nothing else is in it (check mode: when only the file is); else None."""
+    if entry["backup"]:
+        return None  # the backup sits next to the removed file
+    parent = os.path.dirname(entry["path"])
+    if [name for name in os.listdir(parent) if name != os.path.basename(entry["path"])]:
+        return None
+    if not module.check_mode:
+        try:
+            os.rmdir(parent)
+        except OSError:
+            return None  # something appeared in it meanwhile: it stays
+    return parent
+
+
 def apply(module, entries, result):
     """Apply every entry in order; result["files"] grows as files are applied (a failure leaves it exact)."""
     diffs = []
     current = _check_expectations(entries)
     for entry, (state, data) in zip(entries, current):
-        outcome = {"path": entry["path"], "action": "unchanged", "backup_file": None}
+        outcome = {"path": entry["path"], "action": "unchanged", "backup_file": None, "parent_removed": None}
         new = None if entry["state"] == "absent" else (
             data if entry["content"] is None else to_bytes(entry["content"], errors="surrogate_or_strict"))
         if entry["state"] == "absent":
@@ -283,6 +308,8 @@ def apply(module, entries, result):
                     if entry["backup"]:
                         outcome["backup_file"] = module.backup_local(entry["path"])
                     os.unlink(entry["path"])
+                if entry["remove_empty_parent"]:
+                    outcome["parent_removed"] = _remove_empty_parent(module, entry)
         elif new != data:
             outcome["action"] = "created" if state == "absent" else "updated"
             if not module.check_mode:

@@ -291,7 +291,10 @@ loaded_config:
   type: dict
   sample: {path: /var/lib/rancher/k3s/agent/etc/containerd/config.toml, exists: true, runtimes: [nvidia, nvidia-cdi, runc], files: []}
 cdi:
-  description: CDI spec directories, the specs found (path, kind, version, device names), and the nvidia.com/gpu devices.
+  description:
+    - CDI spec directories, the specs found (path, kind, version, device names, C(sha1) of the file, and
+      C(generated_by_collection) - whether it starts with the marker line of a spec the C(gpu_node) role generated),
+      and the nvidia.com/gpu devices.
   returned: success
   type: dict
 toolkit:
@@ -323,7 +326,11 @@ host_toolkit:
     present: true
     runtime_binaries: [/usr/bin/nvidia-container-runtime]
 files:
-  description: State, mode and version line of the templates, drop-ins and configs (text too with O(include_content)).
+  description:
+    - State, mode and version line of the templates, drop-ins and configs (text too with O(include_content)).
+    - C(<key>_orig) and C(<key>_record) for a template or plain config - the copy of its bytes before the C(gpu_node)
+      role's first edit (C(<file>.k3s-gpu-nvidia.orig)) and the SHA-256 of the text the role last left
+      (C(<file>.k3s-gpu-nvidia.sha256)).
   returned: success
   type: dict
 binaries:

@@ -122,7 +122,152 @@ def compute(facts, params):
         changes.append(_change(facts, "default_runtime_file", facts["paths"]["default_runtime_file"], wanted_yaml,
                                "default runtime file"))
     changes = [c for c in changes if c is not None and c["before"] != c["after"]]
+    if params.get("_own_files"):
+        changes = own_files(facts, plan, changes, bool(params.get("backup")))
     return plan, changes
+
+
+# --- what the gpu_node role keeps to take its edits back (params["_own_files"]) --------------------------
+
+# user files edited in place whose bytes before the first edit are kept (their <key>_orig and <key>_record facts)
+ORIGINAL_KEYS = ("template_v3", "template_v2", "config")
+# our files whose directory goes with them when they leave it empty (k3s/rke2 create none of these directories)
+_PRUNED_PARENTS = ("dropin_v3", "dropin_v2", "default_runtime_file", "labels_file_legacy")
+
+
+def _sha256(text):
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def record_text(node_path, text):
+    """The record of what the collection left in node_path: one sha256sum line (`sha256sum -c` checks it)."""
+    return "%s  %s\n" % (_sha256(text), node_path.rsplit("/", 1)[-1])
+
+
+def recorded_sha256(record):
+    """The SHA-256 a record holds (None: no record, or not one)."""
+    fields = (record or "").split()
+    return fields[0].lower() if fields and len(fields[0]) == 64 else None
+
+
+def _text_of(facts, key):
+    info = facts["files"].get(key) or {}
+    return info.get("content") if info.get("state") == "file" else None
+
+
+def _schema_of(facts, plan, key):
+    return distro.schema_of_template(facts["paths"][key].rsplit("/", 1)[-1]) if key in _TEMPLATES else plan["target"]["schema"]
+
+
+def runtime_names_in(text, schema, is_template, path):
+    """Names of the runtime tables a containerd template/config declares (None: it does not parse)."""
+    try:
+        masked = toml.mask_template(text, path)[0] if is_template else text
+        section = toml.containerd_section(toml.loads(masked), schema) or {}
+    except (tomllib.TOMLDecodeError, toml.TomlEditError, ValueError):
+        return None
+    runtimes = section.get("runtimes")
+    return sorted(runtimes) if isinstance(runtimes, dict) else []
+
+
+def _bookkeeping(facts, key, suffix_key, after):
+    """A change of <key>_orig or <key>_record (None: none needed)."""
+    node_path = facts["paths"][key] + (distro.ORIGINAL_SUFFIX if suffix_key == "orig" else distro.RECORD_SUFFIX)
+    change = _change(facts, "%s_%s" % (key, suffix_key), node_path, after, "kept original")
+    if change is not None and change["before"] != change["after"]:
+        change["mode"] = "0600"
+        return change
+    return None
+
+
+def own_files(facts, plan, changes, backup=False):
+    """The role's bookkeeping around the engine's changes: keep the bytes of a user's file before its first edit
+    (present), put them back or take out only our tables (absent), and let our directories go with our files."""
+    by_key = dict((c["key"], c) for c in changes)
+    first, extra = [], []  # node_files applies in order: an original is kept before the edit it predates
+    # the files of this node's layout whose reading has the kept-original facts
+    keys = [key for key in ORIGINAL_KEYS if key + "_orig" in facts["files"] and key in facts["paths"]]
+    if plan["state"] == "present":
+        for key in keys:
+            change = by_key.get(key)
+            if change is None or not change["exists"] or change["after"] is None:
+                continue
+            before = change["before"]
+            if before.startswith(toml.MANAGED_HEADER):
+                continue  # a file the collection created: absent removes it whole
+            record = _text_of(facts, key + "_record")
+            if (facts["files"].get(key + "_orig") or {}).get("state") != "file":
+                ours = set(plan["remove"]) | set(r["name"] for r in plan["write"]) | set(n for n, _b in distro.NVIDIA_RUNTIMES)
+                found = runtime_names_in(before, _schema_of(facts, plan, key), key in _TEMPLATES, change["node_path"])
+                if found is None or ours & set(found):
+                    # it already holds tables of ours (an earlier version of the collection edited it), or we cannot
+                    # tell: its first bytes are unknown, and absent takes out the NVIDIA tables by name
+                    plan["notes"].append("%s already declares NVIDIA runtime tables (%s): its text before the "
+                                         "collection's first edit is unknown and not kept" % (
+                                             change["node_path"], ", ".join(sorted(ours & set(found or ())))))
+                    continue
+                first.append(_bookkeeping(facts, key, "orig", before))
+                extra.append(_bookkeeping(facts, key, "record", record_text(change["node_path"], change["after"])))
+            elif record is not None and recorded_sha256(record) == _sha256(before):
+                extra.append(_bookkeeping(facts, key, "record", record_text(change["node_path"], change["after"])))
+            else:
+                # edited by someone else since the collection last wrote it: the chain back to the original is broken,
+                # and absent takes out only our tables
+                extra.append(_bookkeeping(facts, key, "record", None))
+    else:
+        for key in keys:
+            original = _text_of(facts, key + "_orig")
+            if original is None:
+                extra.append(_bookkeeping(facts, key, "record", None))  # a record alone is of no use
+                continue
+            by_key[key] = _take_back(facts, plan, key, original, backup)
+            extra.append(_bookkeeping(facts, key, "orig", None))
+            extra.append(_bookkeeping(facts, key, "record", None))
+    result = [c for c in first if c is not None]
+    for change in changes:
+        if change["key"] in by_key:
+            change = by_key.pop(change["key"])
+        if change is not None:
+            result.append(change)
+    result.extend(c for c in by_key.values() if c is not None and c["before"] != c["after"])
+    result.extend(c for c in extra if c is not None)
+    for change in result:
+        if change["after"] is None and change["key"] in _PRUNED_PARENTS:
+            change["remove_empty_parent"] = True
+    return result
+
+
+def _take_back(facts, plan, key, original, backup):
+    """The change that takes the collection's edits out of a user's file that has its original kept (None: none)."""
+    node_path = facts["paths"][key]
+    current = _text_of(facts, key)
+    if current is None:
+        plan["notes"].append("%s is gone (removed since the collection edited it); it is not brought back" % node_path)
+        return None
+    if current == original or recorded_sha256(_text_of(facts, key + "_record")) == _sha256(current):
+        plan.setdefault("restored", []).append(node_path)
+        change = _change(facts, key, node_path, original, "original")
+        return change if change["before"] != change["after"] else None
+    schema = _schema_of(facts, plan, key)
+    is_template = key in _TEMPLATES
+    in_original = set(runtime_names_in(original, schema, is_template, node_path) or ())
+    ours = [name for name in plan["remove"] if name not in in_original]
+    mode = planner.MODE_TEMPLATE if is_template else planner.MODE_CONFIG
+    cleanup = dict(plan, state="absent", remove=ours, reserved_tables=[],
+                   target=dict(plan["target"], mode=mode, schema=schema, path=node_path, key=key))
+    cleaned = toml.apply_plan(current, cleanup, node_path, is_template, facts["profile"], created_by_us=False)
+    if cleaned is not None and cleaned.endswith("\n\n") and not original.endswith("\n\n"):
+        cleaned = cleaned.rstrip("\n") + "\n"  # the blank line our appended tables were separated by
+    taken = [name for name in ours if name in (runtime_names_in(current, schema, is_template, node_path) or ())]
+    plan.setdefault("changed_since_written", []).append(node_path)
+    plan.setdefault("warnings", []).append(
+        "%s changed since k3s_gpu.nvidia last wrote it, so its text from before the collection's first edit (%s) is "
+        "not put back: only the collection's runtime tables (%s) were taken out and every other edit is kept; that "
+        "original is removed now%s [changed_since_written]" % (
+            node_path, node_path + distro.ORIGINAL_SUFFIX, ", ".join(taken) or "none left",
+            " (a backup of it stays next to it)" if backup else ""))
+    change = _change(facts, key, node_path, cleaned, "original")
+    return change if change["before"] != change["after"] else None
 
 
 def _root_default_runtime(facts, plan, schema):
@@ -367,11 +512,16 @@ def write_entry(change, params):
     """One k3s_gpu.nvidia.node_files entry: the new text (or removal) and the text it was computed from."""
     entry = {"path": change["path"], "backup": params["backup"], "directory_mode": NEW_DIR_MODE,
              "expected_state": "file" if change["exists"] else "absent",
-             "expected_sha1": _sha1(change["before"]) if change["exists"] else None}
+             "expected_sha1": (change.get("sha1") or _sha1(change["before"])) if change["exists"] else None}
     if change["after"] is None:
         entry["state"] = "absent"
+        if change.get("remove_empty_parent"):
+            entry["remove_empty_parent"] = True
         return entry
     entry.update(state="file", content=change["after"])
+    if change.get("mode"):
+        entry["mode"] = change["mode"]  # the collection's own bookkeeping: fixed attributes, no validation
+        return entry
     if change["key"] != "default_runtime_file":  # the validate command is for containerd's TOML
         entry["validate"] = params["validate"]
     for key in FILE_ARGS:

@@ -37,8 +37,11 @@ def read_node(execute_module, params, binaries=()):
         binaries=[b for b in binaries if b.startswith("/")], include_content=True))
 
 
-def run(result, params, execute_module, want_diff):
-    """Fill the task result of containerd_runtimes for params (validated by its argument spec)."""
+def run(result, params, execute_module, want_diff, own_files=False, extra_changes=()):
+    """Fill the task result of containerd_runtimes for params (validated by its argument spec).
+
+    own_files (the gpu_node role): keep the bytes of a user's file before the first edit and put them back on state
+    absent (_changes.own_files); extra_changes: more files of the role's, written in the same node_files execution."""
     binaries = sorted(set(r["binary"] for r in params["runtimes"] or [] if r.get("binary")))
     facts = changes_engine.given_facts(params, binaries)
     if facts is not None and (facts.get("read_options") or {}).get("newer_release", "refuse") != params["newer_release"]:
@@ -58,12 +61,18 @@ def run(result, params, execute_module, want_diff):
         facts["binaries"].setdefault(binary, {"path": binary, "state": "relative"})
     # hosts of one run share the template checks' verdicts (the run's local temporary directory)
     params["_check_cache"] = check_cache.CheckCache(os.path.join(C.DEFAULT_LOCAL_TMP, "k3s-gpu-template-checks"))
+    params["_own_files"] = own_files
     try:
         plan, changes = changes_engine.compute(facts, params)
     except (planner.PlanError, toml.TomlEditError) as exc:
         result.update(failed=True, msg=str(exc), changed=False)
         return result
     result.update(changes_engine.result_fields(facts, plan))
+    changes = changes + list(extra_changes)
+    if own_files:
+        # user files put back to their bytes before the first edit, and those changed since the collection last
+        # wrote them (only its tables taken out)
+        result.update(restored=plan.get("restored") or [], changed_since_written=plan.get("changed_since_written") or [])
     if plan.get("warnings"):
         result.setdefault("warnings", []).extend(plan["warnings"])  # after the reading's (newer_release) ones
     result["changed"] = bool(changes)
@@ -82,6 +91,8 @@ def run(result, params, execute_module, want_diff):
     outcomes = written.get("files") or []
     for entry, outcome in zip(result["files"], outcomes):
         entry["backup_file"] = outcome.get("backup_file")
+        if outcome.get("parent_removed"):
+            entry["parent_removed"] = outcome["parent_removed"]  # an emptied directory of ours (state absent)
     if any(o.get("action") == "attributes" for o in outcomes[len(changes):]):
         result["changed"] = True
     if written.get("failed"):

@@ -226,3 +226,106 @@ expect "a bad runtimeclasses_method is refused (rc $status)" test "$status" -ne 
 expect "... naming the variable and its choices" in_out "runtimeclasses_method must be one of: manifest, api"
 expect "... before any node is read" not_in_out "TASK [Read the NVIDIA runtime handlers"
 
+
+
+# 10. gpu_node_state=absent takes back everything the role wrote: a k3s release that edits a user's template, one
+# where the role creates the template, a drop-in release, and a plain containerd node; every file back to its bytes,
+# no file or directory left over, a second absent run changes nothing, and --check writes nothing
+V3_CRI="plugins.'io.containerd.cri.v1.runtime'.containerd"
+absent_nodes() {
+    rm -rf "$work/nodes" "$work"/result-*.json
+    local name
+    for name in tmpl created dropin plain; do
+        node "$name" yes
+        mkdir -p "$work/nodes/$name/etc/rancher/k3s" "$work/nodes/$name/var/run/cdi" "$work/nodes/$name/etc/cdi"
+        echo "write-kubeconfig-mode: \"0600\"" > "$work/nodes/$name/etc/rancher/k3s/config.yaml"
+        # a CDI spec of someone else's: it stays
+        printf 'cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n  - name: "0"\n' > "$work/nodes/$name/etc/cdi/vendor.yaml"
+    done
+    # the user's own template, with a table of theirs, CRLF-free but with odd spacing the role must keep byte for byte
+    printf '{{ template "base" . }}\n\n# my own runtime\n[%s.runtimes.mine]\n  runtime_type   = "io.containerd.runc.v2"\n[%s.runtimes.mine.options]\n  BinaryName = "/usr/local/bin/mine"\n' \
+        "$V3_CRI" "$V3_CRI" > "$work/nodes/tmpl/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
+    chmod 0640 "$work/nodes/tmpl/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
+    rm -rf "$work/nodes/plain/var/lib/rancher" "$work/nodes/plain/etc/rancher"
+    mkdir -p "$work/nodes/plain/etc/containerd"
+    printf 'version = 3\n\n[%s]\n  default_runtime_name = "runc"\n[%s.runtimes.runc]\n  runtime_type = "io.containerd.runc.v2"\n[%s.runtimes.runc.options]\n  SystemdCgroup = true\n' \
+        "$V3_CRI" "$V3_CRI" "$V3_CRI" > "$work/nodes/plain/etc/containerd/config.toml"
+}
+cat > "$work/absent.yml" <<YAML
+all:
+  vars:
+    ansible_connection: local
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+    gpu_node_toolkit_install: false
+    gpu_node_backup: false
+  hosts:
+    tmpl: {gpu_node_distribution: k3s, gpu_node_release: v1.32.2+k3s1}
+    created: {gpu_node_distribution: k3s, gpu_node_release: v1.32.2+k3s1}
+    dropin: {gpu_node_distribution: k3s, gpu_node_release: v1.33.10+k3s1}
+    plain: {gpu_node_distribution: containerd, gpu_node_release: 2.1.4}
+YAML
+tree() {  # every path with its type and mode, then every file's checksum
+    (cd "$work/nodes" && find . -printf '%y %p %m\n' | LC_ALL=C sort && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
+}
+result_is() {  # result_is HOST PYTHON-CONDITION-ON-r
+    python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert eval(sys.argv[2]), r' "$work/result-$1.json" "$2"
+}
+unchanged() {  # unchanged HOST...: the role changed nothing there (the play's own result copy always changes)
+    local host
+    for host in "$@"; do
+        result_is "$host" 'r["changed"] is False and not r.get("files")' 2>/dev/null || return 1
+    done
+}
+TMPL=$work/nodes/tmpl/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl
+
+absent_nodes
+tree > "$work/tree-before"
+cp "$TMPL" "$work/tmpl-original"
+run absent.yml
+expect "present on the four sandbox nodes (rc $status)" test "$status" -eq 0
+expect "... the user's template is edited" grep -q "runtimes.nvidia-legacy" "$TMPL"
+expect "... its bytes before the edit are kept, mode 0600" cmp -s "$TMPL.k3s-gpu-nvidia.orig" "$work/tmpl-original"
+expect "... (mode 0600)" test "$(stat -c %a "$TMPL.k3s-gpu-nvidia.orig")" = 600
+expect "... with the checksum of what the role left" sh -c "cd '$(dirname "$TMPL")' && sha256sum -c --quiet config-v3.toml.tmpl.k3s-gpu-nvidia.sha256"
+expect "... a template is created where there was none" grep -q "Managed by Ansible" "$work/nodes/created/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
+expect "... the drop-in node got its drop-in" test -f "$work/nodes/dropin/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml"
+expect "... the plain config is edited and its original kept" cmp -s <(grep -c nvidia-legacy "$work/nodes/plain/etc/containerd/config.toml.k3s-gpu-nvidia.orig") <(echo 0)
+run absent.yml
+expect "... a second present run changes nothing" unchanged tmpl created dropin plain
+expect "... and leaves the kept original as it was" cmp -s "$TMPL.k3s-gpu-nvidia.orig" "$work/tmpl-original"
+# the spec the role's cdi.yml generates (with its marker line): absent removes it, and only it
+for name in tmpl created dropin plain; do
+    printf '%s\n---\ncdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n  - name: "0"\n' \
+        "# Generated by k3s_gpu.nvidia (gpu_node role) with nvidia-ctk cdi generate; gpu_node_state=absent removes it" \
+        > "$work/nodes/$name/var/run/cdi/nvidia.yaml"
+done
+tree > "$work/tree-present"
+
+run absent.yml -e gpu_node_state=absent --check --diff
+expect "absent --check (rc $status)" test "$status" -eq 0
+expect "... writes nothing" cmp -s "$work/tree-present" <(tree)
+expect "... shows the template going back to its original in the diff" in_out '-[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia-legacy]'
+expect "... and says a restart would be needed" in_out "restart k3s to apply it (check mode)"
+
+run absent.yml -e gpu_node_state=absent
+expect "absent (rc $status)" test "$status" -eq 0
+expect "... every file back to its bytes, nothing left over" diff -u "$work/tree-before" <(tree)
+expect "... the template is reported restored" result_is tmpl 'r["status"] == "absent" and r["state"] == "absent" and len(r["restored"]) == 1 and not r["changed_since_written"]'
+expect "... the plain config too" result_is plain 'r["restored"] == ["/etc/containerd/config.toml"]'
+expect "... the created template and the drop-in were removed" result_is dropin '"removed" in [f["action"] for f in r["files"]]'
+run absent.yml -e gpu_node_state=absent
+expect "a second absent run (rc $status)" test "$status" -eq 0
+expect "... changes nothing" unchanged tmpl created dropin plain
+
+# a template the user edits between present and absent: their edit stays, only the role's table goes, with a warning
+absent_nodes
+run absent.yml --limit tmpl -e gpu_node_backup=true
+sed -i 's#/usr/local/bin/mine"#/usr/local/bin/mine2"#' "$TMPL"
+run absent.yml --limit tmpl -e gpu_node_state=absent
+expect "absent after the user's edit (rc $status)" test "$status" -eq 0
+expect "... warns by name that the template changed since" in_out "config-v3.toml.tmpl changed since k3s_gpu.nvidia last wrote it"
+expect "... keeps the user's edit and drops the role's table" diff -u <(sed 's#/usr/local/bin/mine"#/usr/local/bin/mine2"#' "$work/tmpl-original") "$TMPL"
+expect "... removes the kept original and the record" test ! -e "$TMPL.k3s-gpu-nvidia.orig" -a ! -e "$TMPL.k3s-gpu-nvidia.sha256"
+expect "... and says so in the result" result_is tmpl 'len(r["changed_since_written"]) == 1 and not r["restored"]'
+run absent.yml --limit tmpl -e gpu_node_state=absent
+expect "... a second absent run changes nothing" unchanged tmpl

@@ -160,3 +160,22 @@ def test_a_checksum_alone_means_the_file_must_exist_unchanged(node, capsys):
     result = run(capsys, [{"path": str(node / "etc" / "config.toml"), "content": NEW, "expected_sha1": sha1("other\n")}])
     assert result["failed"] is True and "changed after it was read" in result["msg"]
     assert snapshot(node) == before
+
+
+@pytest.mark.parametrize("others, check_mode, backup, removed", [
+    ([], False, False, True),          # the directory held only the file: it goes too
+    (["keep.toml"], False, False, False),  # anything else in it keeps it
+    ([], True, False, True),           # check mode says so and removes nothing
+    ([], False, True, False),          # the backup stays next to the removed file, so the directory stays
+])
+def test_remove_empty_parent(tmp_path, capsys, others, check_mode, backup, removed):
+    directory = tmp_path / "config-v3.toml.d"
+    directory.mkdir()
+    (directory / "50-k3s-gpu-nvidia.toml").write_text("[x]\n")
+    for name in others:
+        (directory / name).write_text("")
+    result = run(capsys, [{"path": str(directory / "50-k3s-gpu-nvidia.toml"), "state": "absent", "expected_state": "file",
+                           "remove_empty_parent": True, "backup": backup}], check_mode=check_mode)
+    assert result["files"][0]["action"] == "removed"
+    assert result["files"][0]["parent_removed"] == (str(directory) if removed else None)
+    assert directory.exists() is (check_mode or not removed)
