@@ -720,13 +720,20 @@ class Output:
         """Origin (name, line) of each output line: that of its first non-blank piece; the lines of
         a text piece count on from the line it starts on."""
         origins = [None]
+        append = origins.append
         for text, origin in self.pieces:
+            if "\n" not in text:  # most pieces: a part of one line
+                if origins[-1] is None and text and not text.isspace():
+                    origins[-1] = origin
+                continue
             parts = text.split("\n")
-            for index, part in enumerate(parts):
-                if index:
-                    origins.append(None)
-                if origins[-1] is None and part.strip():
-                    origins[-1] = (origin[0], origin[1] + index) if origin[0] != "base" else origin
+            if origins[-1] is None and parts[0] and not parts[0].isspace():
+                origins[-1] = origin
+            name, first = origin
+            in_base = name == "base"
+            for index in range(1, len(parts)):
+                part = parts[index]
+                append(None if not part or part.isspace() else origin if in_base else (name, first + index))
         last = None
         for index, origin in enumerate(origins):
             if origin is None:
