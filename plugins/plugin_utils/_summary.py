@@ -41,6 +41,19 @@ def line(entry, check_mode=False):
     parts = ["%s: %s" % (entry["host"], entry["status"]) + (" (%s)" % entry["reason"] if entry["reason"] else "")]
     if entry["distribution"]:
         parts.append("%s %s" % (entry["distribution"], entry["release"]))
+    if entry["status"] == "absent":
+        # gpu_node_state=absent: what was taken back, or would be
+        if entry["would_change"]:
+            parts.append("WOULD TAKE BACK: " + ", ".join("%s %s" % (f["action"], f["path"]) for f in entry["files"]))
+        elif entry["changed"]:
+            parts.append("taken back: " + ", ".join("%s %s" % (f["action"], f["path"]) for f in entry["files"]))
+        else:
+            parts.append("nothing of ours left")
+        if entry["restarted"]:
+            parts.append("restarted, verified " + {True: "yes", False: "NO", None: "-"}[entry["verified"]])
+        elif entry["restart_needed"]:
+            parts.append("RESTART NEEDED" + (" (check mode)" if check_mode else ""))
+        return " | ".join(parts)
     if entry["status"] != "configured":
         return " | ".join(parts)
     parts.append("detected " + (",".join(entry["runtimes_detected"]) or "-"))

@@ -86,6 +86,7 @@ expect() {  # expect DESCRIPTION CONDITION...
 
 in_out() { grep -qF -- "$1" "$work/out"; }
 not_in_out() { ! grep -qF -- "$1" "$work/out"; }
+no_host_changed() { ! grep -qE 'changed=[1-9]' "$work/out"; }
 
 # 1. text booleans from INI: gpu_node_toolkit_install=false is false (it was refused as "got 'false'")
 fresh
@@ -220,7 +221,7 @@ expect "runtimeclasses state absent on the whole fleet (rc $status)" test "$stat
 expect "... removes the manifest" test ! -e "$manifest"
 PLAYBOOK=k3s_gpu.nvidia.runtimeclasses run k3s-ansible.yml -e runtimeclasses_state=absent
 expect "... and a second run changes nothing (rc $status)" test "$status" -eq 0
-expect "... (no host changed)" not_in_out "changed=1"
+expect "... (no host changed)" no_host_changed
 PLAYBOOK=k3s_gpu.nvidia.runtimeclasses run k3s-ansible.yml -e runtimeclasses_method=kubectl
 expect "a bad runtimeclasses_method is refused (rc $status)" test "$status" -ne 0
 expect "... naming the variable and its choices" in_out "runtimeclasses_method must be one of: manifest, api"
@@ -329,3 +330,17 @@ expect "... removes the kept original and the record" test ! -e "$TMPL.k3s-gpu-n
 expect "... and says so in the result" result_is tmpl 'len(r["changed_since_written"]) == 1 and not r["restored"]'
 run absent.yml --limit tmpl -e gpu_node_state=absent
 expect "... a second absent run changes nothing" unchanged tmpl
+
+# 11. site with gpu_node_state=absent: the nodes are taken back and their cluster's RuntimeClass manifest removed
+fresh
+PLAYBOOK=k3s_gpu.nvidia.site run k3s-ansible.yml
+expect "site converges (rc $status)" test "$status" -eq 0
+expect "... with the RuntimeClass manifest on the server" test -f "$manifest"
+PLAYBOOK=k3s_gpu.nvidia.site run k3s-ansible.yml -e gpu_node_state=absent
+expect "site -e gpu_node_state=absent (rc $status)" test "$status" -eq 0
+expect "... removes the cluster's RuntimeClass manifest" test ! -e "$manifest"
+expect "... says what it took back from the GPU node" in_out '"gpu: absent | k3s v1.33.10+k3s1 | taken back: removed'
+expect "... and the cluster's removal" in_out "cluster default: done | from cpu | changed: removed $manifest"
+PLAYBOOK=k3s_gpu.nvidia.site run k3s-ansible.yml -e gpu_node_state=absent
+expect "... a second absent run (rc $status)" test "$status" -eq 0
+expect "... changes nothing" no_host_changed

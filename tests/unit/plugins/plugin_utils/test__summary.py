@@ -58,3 +58,49 @@ def test_skipped_failed_and_unreached_hosts():
     assert report["hosts"][1]["changed"] is False and report["hosts"][1]["restart_needed"] is False
     # a host without the role's result says nothing of modes, operators or runtimes it does not have
     assert "mode" not in report["lines"][0] and "operator" not in report["lines"][0]
+
+
+ABSENT = {"status": "absent", "reason": "", "distribution": "k3s", "release": "v1.33.10+k3s1", "changed": True,
+          "restarted": False, "verified": None, "mode": "host", "state": "absent",
+          "files": [{"path": "/x", "node_path": "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml",
+                     "action": "removed"}]}
+
+
+def test_a_host_taken_back_says_what_went_and_whether_a_restart_is_due():
+    text = summary.summarize([("gpu1", ABSENT)], check_mode=False)["lines"][0]
+    assert text == ("gpu1: absent | k3s v1.33.10+k3s1 | taken back: removed "
+                    "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml | RESTART NEEDED")
+    text = summary.summarize([("gpu1", ABSENT)], check_mode=True)["lines"][0]
+    assert "WOULD TAKE BACK: removed " in text and "RESTART NEEDED (check mode)" in text
+    text = summary.summarize([("gpu1", dict(ABSENT, changed=False, files=[]))])["lines"][0]
+    assert text == "gpu1: absent | k3s v1.33.10+k3s1 | nothing of ours left"
+
+
+def _cluster(**extra):
+    result = {"cluster": "default", "writer": "server1", "complete": True, "changed": True,
+              "gpu_operator": {"wanted": False, "chart_version": "v26.3.3"},
+              "runtimeclasses": {"written": ["nvidia-cdi", "nvidia-legacy"]},
+              "files": [{"path": "/var/lib/rancher/k3s/server/manifests/k3s-gpu-nvidia-runtimeclasses.yaml", "action": "created"}]}
+    result.update(extra)
+    return result
+
+
+def test_one_row_per_cluster_with_what_changed_or_would():
+    report = summary.summarize([], clusters=[_cluster()])
+    assert report["lines"] == ["cluster default: done | from server1 | changed: created "
+                               "/var/lib/rancher/k3s/server/manifests/k3s-gpu-nvidia-runtimeclasses.yaml | no GPU Operator "
+                               "from this collection | RuntimeClasses nvidia-cdi,nvidia-legacy"]
+    assert report["counts"]["clusters_changed"] == 1 and report["counts"]["clusters_failed"] == 0
+    report = summary.summarize([], check_mode=True, clusters=[_cluster(complete=False)])
+    assert "WOULD CHANGE: created " in report["lines"][0] and report["lines"][0].endswith("partial run: nothing removed")
+    report = summary.summarize([], clusters=[_cluster(changed=False, files=[],
+                                                      gpu_operator={"wanted": True, "chart_version": "v26.3.3"})])
+    assert "| unchanged | GPU Operator v26.3.3 |" in report["lines"][0]
+
+
+def test_a_failed_cluster_says_why():
+    failed = {"failed": True, "msg": "cluster default (written from server1): one cluster, two modes",
+              "item": {"name": "default", "writer": "server1", "complete": True}}
+    report = summary.summarize([], clusters=[failed])
+    assert report["lines"] == ["cluster default: FAILED | cluster default (written from server1): one cluster, two modes"]
+    assert report["counts"]["clusters_failed"] == 1

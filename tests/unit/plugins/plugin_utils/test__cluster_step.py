@@ -1,0 +1,164 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The cluster step: which clusters a run touches and who writes, what the nodes report, and the files of a cluster
+(a partial run only adds)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_step as step
+
+CLUSTERS = {"gpu1": "a", "gpu2": "a", "server1": "a", "gpu3": "b", "server2": "b", "server3": "b"}
+SETTINGS = step.read_settings({})
+OPERATOR = {"operator_state": "present", "operator_chart_version": "", "operator_chart_repo": "", "operator_chart_archive": "",
+            "operator_namespace": "gpu-operator", "operator_cdi": None, "operator_driver": "auto", "operator_toolkit": True,
+            "operator_values": {}, "operator_helmchart_spec": {}}
+MANIFESTS = "/var/lib/rancher/k3s/server/manifests"
+
+
+def server(release="v1.33.10+k3s1"):
+    return {"distribution": "k3s", "release": release, "paths": distro.distribution_paths("k3s")}
+
+
+def clusters(run, active=None, pattern=None, servers=("server1", "server2", "server3")):
+    return step.clusters(CLUSTERS.get, list(run), list(active or run), list(pattern or run), list(servers), "server")
+
+
+def test_each_cluster_is_written_by_its_first_server():
+    found = clusters(["gpu1", "gpu2", "gpu3"])
+    assert [(c["name"], c["writer"], c["hosts"], c["complete"]) for c in found] == [
+        ("a", "server1", ["gpu1", "gpu2"], True), ("b", "server2", ["gpu3"], True)]
+
+
+def test_a_failed_server_passes_the_pen_to_the_next():
+    found = clusters(["gpu3", "server2", "server3"], active=["gpu3", "server3"])
+    assert found[0]["writer"] == "server3"
+
+
+def test_a_limited_run_is_partial():
+    found = clusters(["gpu1"], pattern=["gpu1", "gpu2", "gpu3"])
+    assert found == [{"name": "a", "hosts": ["gpu1"], "writer": "server1", "complete": False}]
+
+
+@pytest.mark.parametrize("servers, words", [
+    ((), "k3s_gpu_servers (now server) matches no host of the inventory"),
+    (("server2",), "cluster a (hosts gpu1) has no server in k3s_gpu_servers (server); add its servers to that group, "
+                   "or set k3s_gpu_cluster on them to a"),
+])
+def test_a_cluster_without_a_server_is_refused_by_name(servers, words):
+    with pytest.raises(step.ClusterStepError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        clusters(["gpu1"], servers=servers)
+
+
+@pytest.mark.parametrize("values, words", [
+    ({"runtimeclasses_state": "gone"}, "runtimeclasses_state must be one of: present, absent"),
+    ({"runtimeclasses_method": "api"}, "runtimeclasses_method is api but runtimeclasses_kubeconfig is not set"),
+    ({"runtimeclasses_select_nodes": "maybe"}, "runtimeclasses_select_nodes"),
+    ({"runtimeclasses_overhead": {"cpu": "lots"}}, "cpu"),
+])
+def test_bad_cluster_settings_are_refused_by_name(values, words):
+    with pytest.raises(ValueError, match=words):
+        step.read_settings(values)
+
+
+def test_text_booleans_are_booleans():
+    assert step.read_settings({"runtimeclasses_select_nodes": "false"})["runtimeclasses_select_nodes"] is False
+
+
+def reports(vars_by_host, modes=None):
+    modes = modes or {}
+    return step.node_reports(list(vars_by_host), vars_by_host.get,
+                             lambda host: {"mode": modes.get(host, "host"), "driver_install": False})
+
+
+def test_node_reports_from_the_role_and_from_a_reading():
+    nodes, complete = reports({
+        "gpu1": {"gpu_node_result": {"status": "configured", "handlers": ["nvidia", "nvidia-legacy"], "gpu_operator": False}},
+        "cpu1": {"gpu_node_result": {"status": "skipped"}},
+        "gpu2": {step.READING_VAR: {"release_runtimes": [{"name": "nvidia"}, {"name": "crun"}],
+                                    "loaded_config": {"runtimes": ["nvidia-cdi", "runc"]}, "gpu_operator": {"present": True}}},
+    })
+    assert complete is True
+    assert nodes == [{"host": "gpu1", "handlers": ["nvidia", "nvidia-legacy"], "gpu_operator": False, "mode": "host",
+                      "driver_install": False},
+                     {"host": "gpu2", "handlers": ["nvidia", "nvidia-cdi"], "gpu_operator": True, "mode": "host",
+                      "driver_install": False}]
+
+
+@pytest.mark.parametrize("seen", [
+    {"gpu_node_result": {"failed": True, "msg": "x"}},
+    {step.READING_VAR: {"failed": True, "msg": "x"}},
+])
+def test_a_failed_node_makes_the_picture_partial(seen):
+    nodes, complete = reports({"gpu1": seen})
+    assert nodes == [] and complete is False
+
+
+def test_taken_back_nodes_are_not_gpu_nodes():
+    nodes, complete = reports({"gpu1": {"gpu_node_result": {"status": "absent", "changed": True}}})
+    assert nodes == [] and complete is True
+
+
+def node(host, handlers, mode="host"):
+    return {"host": host, "handlers": handlers, "gpu_operator": False, "mode": mode, "driver_install": False}
+
+
+def decide(nodes, complete=True, objects=step.OBJECTS, settings=SETTINGS, operator=OPERATOR, earlier=None):
+    cluster = {"name": "a", "writer": "server1", "hosts": [n["host"] for n in nodes], "complete": complete}
+    return step.decide(cluster, server(), nodes, settings, operator, objects, "/srv/node", earlier)
+
+
+def test_host_mode_writes_the_missing_classes_and_removes_the_operator_manifest():
+    result = decide([node("gpu1", ["nvidia", "nvidia-cdi", "nvidia-legacy"])])
+    paths = [(f["path"], f["state"]) for f in result["files"]]
+    assert paths == [("/srv/node" + MANIFESTS + "/" + step.OPERATOR_MANIFEST, "absent"),
+                     ("/srv/node" + MANIFESTS + "/" + step.RUNTIMECLASS_MANIFEST, "file")]
+    assert result["runtimeclasses"]["written"] == ["nvidia-cdi", "nvidia-legacy"]  # k3s ships nvidia
+    assert 'handler: "nvidia-legacy"' in result["files"][1]["content"]
+
+
+def test_operator_mode_writes_the_helmchart_and_leaves_its_classes_to_it():
+    result = decide([node("gpu1", ["nvidia", "nvidia-cdi", "nvidia-legacy"], mode="operator")])
+    operator_file, classes_file = result["files"]
+    assert operator_file["state"] == "file" and "kind: \"HelmChart\"" in operator_file["content"]
+    assert result["gpu_operator"]["wanted"] is True and result["runtimeclasses"]["written"] == []
+    assert classes_file["state"] == "absent"
+
+
+def test_two_modes_in_one_cluster_are_refused():
+    with pytest.raises(step.ClusterStepError, match="one cluster, two modes"):
+        decide([node("gpu1", ["nvidia"], mode="operator"), node("gpu2", ["nvidia"])])
+
+
+def test_a_partial_run_keeps_earlier_classes_and_removes_nothing():
+    result = decide([node("gpu1", ["nvidia", "nvidia-cdi"])], complete=False, earlier=["nvidia-legacy"])
+    assert result["runtimeclasses"]["written"] == ["nvidia-cdi", "nvidia-legacy"]
+    assert [f["state"] for f in result["files"]] == ["file"]  # no removal of the operator manifest either
+    absent = dict(SETTINGS, runtimeclasses_state="absent")
+    result = decide([node("gpu1", ["nvidia", "nvidia-cdi"])], complete=False, settings=absent)
+    assert result["files"] == [] and "left as it is" in result["messages"][-1]
+
+
+def test_state_absent_on_a_whole_cluster_removes_both_manifests():
+    absent = dict(SETTINGS, runtimeclasses_state="absent")
+    result = decide([node("gpu1", ["nvidia-cdi"], mode="operator")], settings=absent,
+                    operator=dict(OPERATOR, operator_state="absent"))
+    assert [f["state"] for f in result["files"]] == ["absent", "absent"]
+
+
+def test_the_api_method_writes_no_manifest_and_returns_the_objects():
+    api = dict(SETTINGS, runtimeclasses_method="api", runtimeclasses_kubeconfig="/k")
+    result = decide([node("gpu1", ["nvidia-cdi"])], objects=[step.RUNTIMECLASSES], settings=api)
+    assert result["files"] == [] and [m["handler"] for m in result["runtimeclasses"]["manifests"]] == ["nvidia-cdi"]
+
+
+def test_earlier_handlers_are_read_from_our_manifest():
+    text = runtimeclasses.render_manifest_yaml([runtimeclasses.runtimeclass_manifest(h) for h in ("nvidia-legacy", "nvidia-cdi")])
+    assert step.earlier_handlers(text) == ["nvidia-cdi", "nvidia-legacy"]
+    assert step.earlier_handlers("{not yaml: [") == [] and step.earlier_handlers("") == []
