@@ -25,7 +25,13 @@ class ActionModule(ActionBase):
         for host in self._task.args.get("hosts") or []:
             found = hostvars[host].get("gpu_node_result") if host in hostvars else None
             results.append((host, found))
-        result.update(summary.summarize(results, check_mode=bool(self._task.check_mode),
-                                         clusters=self._task.args.get("clusters") or []), changed=False)
+        # each cluster's result is registered on the host that wrote it (its leader in the cluster play)
+        clusters = []
+        for cluster in self._task.args.get("clusters") or []:
+            leader = cluster.get("leader")
+            found = hostvars[leader].get("k3s_gpu__cluster_result") if leader and leader in hostvars else None
+            clusters.append(found if isinstance(found, dict) and "skipped" not in found else dict(
+                failed=True, item=cluster, msg="not written: no host of cluster %s was left in the play" % cluster.get("name")))
+        result.update(summary.summarize(results, check_mode=bool(self._task.check_mode), clusters=clusters), changed=False)
         result["msg"] = result["lines"]
         return result

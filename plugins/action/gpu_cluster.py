@@ -57,7 +57,7 @@ class ActionModule(ActionBase):
         found = cluster_step.clusters(self._cluster_of, run_hosts, [h for h in run_hosts if h in active],
                                       list(args.get("pattern_hosts") or []), list(args.get("servers") or []),
                                       args.get("servers_pattern") or "server")
-        result.update(changed=False, clusters=found,
+        result.update(changed=False, clusters=found, hosts=cluster_step.assignments(found, run_hosts),
                       msg=["cluster %s: written from %s%s" % (c["name"], c["writer"], "" if c["complete"] else
                                                              " (partial run: nothing removed)") for c in found])
         return result
@@ -99,6 +99,8 @@ class ActionModule(ActionBase):
         except cluster_step.ClusterStepError as exc:
             raise cluster_step.ClusterStepError("cluster %s (written from %s): %s" % (cluster["name"], writer, exc))
         result.update(decided, changed=False)
+        # what Ansible's own modules do after this step: the air-gapped chart archive, the API method's objects
+        result["follow_up"] = bool(decided["chart_archive"]) or (decided["runtimeclasses"] or {}).get("method") == "api"
         if decided["files"]:
             written = self._execute_module(module_name="k3s_gpu.nvidia.node_files",
                                            module_args={"files": decided["files"]}, task_vars=task_vars)

@@ -72,7 +72,9 @@ def read_settings(values):
 
 
 def clusters(cluster_of, run_hosts, active_hosts, pattern_hosts, servers, servers_pattern):
-    """The clusters a run touches: [{name, writer, hosts, complete}] in the order their first host appears.
+    """The clusters a run touches: [{name, writer, hosts, complete, leader}] in the order their first host appears.
+    The leader is the cluster's first host still in the play: its worker writes the cluster's objects (delegated to
+    the writer), so that the clusters are written side by side; a cluster whose hosts all failed has none.
 
     cluster_of(host): the host's k3s_gpu_cluster. run_hosts: the GPU hosts of this run (the play's, within
     --limit); active_hosts: those of them still in the play (not failed, not unreachable); pattern_hosts: every
@@ -88,13 +90,15 @@ def clusters(cluster_of, run_hosts, active_hosts, pattern_hosts, servers, server
     for host in run_hosts:
         name = cluster_of(host)
         if name not in found:
-            found[name] = {"name": name, "hosts": [], "writer": None, "complete": True}
+            found[name] = {"name": name, "hosts": [], "writer": None, "complete": True, "leader": None}
             order.append(name)
         found[name]["hosts"].append(host)
+        if found[name]["leader"] is None and host not in failed:
+            found[name]["leader"] = host
     for host in pattern_hosts:
         entry = found.get(cluster_of(host))
-        if entry is not None and host not in in_run:
-            entry["complete"] = False  # --limit left out a host of this cluster
+        if entry is not None and (host not in in_run or host in failed):
+            entry["complete"] = False  # --limit left out a host of this cluster, or it failed earlier in the run
     for name in order:
         entry = found[name]
         candidates = [s for s in servers if cluster_of(s) == name]
@@ -106,6 +110,14 @@ def clusters(cluster_of, run_hosts, active_hosts, pattern_hosts, servers, server
                                                    servers_pattern, name))
         entry["writer"] = usable[0]
     return [found[name] for name in order]
+
+
+def assignments(found, run_hosts):
+    """Per host of the play: whether it writes, the cluster it writes for (its leader's entry) or None, and the host its task is
+    delegated to (the writer; itself when it writes nothing)."""
+    leads = dict((entry["leader"], entry) for entry in found if entry["leader"])
+    return dict((host, {"writes": host in leads, "cluster": leads.get(host),
+                        "delegate": leads[host]["writer"] if host in leads else host}) for host in run_hosts)
 
 
 def node_reports(hosts, host_vars, read_node_vars):

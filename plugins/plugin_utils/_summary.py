@@ -94,7 +94,7 @@ def cluster_row(result, check_mode=False):
     changed = bool(result.get("changed")) and not failed
     operator = result.get("gpu_operator") or {}
     classes = result.get("runtimeclasses") or {}
-    item = result.get("item") if isinstance(result.get("item"), dict) else {}
+    item = result.get("item") if isinstance(result.get("item"), dict) else {}  # the plan's entry, when not written
     return {
         "cluster": result.get("cluster") or item.get("name") or "", "writer": result.get("writer") or item.get("writer") or "",
         "status": "failed" if failed else "done", "reason": result.get("msg") if failed else "",

@@ -41,9 +41,18 @@ def test_a_failed_server_passes_the_pen_to_the_next():
     assert found[0]["writer"] == "server3"
 
 
+def test_each_cluster_is_written_by_the_worker_of_its_first_live_host():
+    found = clusters(["gpu1", "gpu2", "gpu3"], active=["gpu2", "gpu3"], pattern=["gpu1", "gpu2", "gpu3"])
+    assert [(c["name"], c["leader"], c["complete"]) for c in found] == [("a", "gpu2", False), ("b", "gpu3", True)]
+    hosts = step.assignments(found, ["gpu1", "gpu2", "gpu3"])
+    assert hosts["gpu1"] == {"writes": False, "cluster": None, "delegate": "gpu1"}
+    assert hosts["gpu2"] == {"writes": True, "cluster": found[0], "delegate": "server1"}
+    assert hosts["gpu3"]["delegate"] == "server2"
+
+
 def test_a_limited_run_is_partial():
     found = clusters(["gpu1"], pattern=["gpu1", "gpu2", "gpu3"])
-    assert found == [{"name": "a", "hosts": ["gpu1"], "writer": "server1", "complete": False}]
+    assert found == [{"name": "a", "hosts": ["gpu1"], "writer": "server1", "complete": False, "leader": "gpu1"}]
 
 
 @pytest.mark.parametrize("servers, words", [
