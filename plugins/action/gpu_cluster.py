@@ -81,6 +81,7 @@ class ActionModule(ActionBase):
         settings = cluster_step.read_settings(writer_vars)
         server_vars = role_vars.read(writer_vars, template, cluster_step.SERVER_VARS)
         operator = role_vars.read(writer_vars, template, cluster_step.OPERATOR_VARS)
+        plugin = role_vars.read(writer_vars, template, cluster_step.DEVICE_PLUGIN_VARS)
 
         def node_vars(host):
             return role_vars.read(self._vars(host), template, cluster_step.NODE_VARS)
@@ -95,12 +96,13 @@ class ActionModule(ActionBase):
         if not cluster["complete"] and cluster_step.RUNTIMECLASSES in objects:
             earlier = self._earlier_handlers(server, server_vars["root"], task_vars)
         try:
-            decided = cluster_step.decide(cluster, server, nodes, settings, operator, objects, server_vars["root"], earlier)
+            decided = cluster_step.decide(cluster, server, nodes, settings, operator, objects, server_vars["root"], earlier,
+                                          plugin_settings=plugin)
         except cluster_step.ClusterStepError as exc:
             raise cluster_step.ClusterStepError("cluster %s (written from %s): %s" % (cluster["name"], writer, exc))
         result.update(decided, changed=False)
         # what Ansible's own modules do after this step: the air-gapped chart archive, the API method's objects
-        result["follow_up"] = bool(decided["chart_archive"]) or (decided["runtimeclasses"] or {}).get("method") == "api"
+        result["follow_up"] = bool(decided["chart_archives"]) or (decided["runtimeclasses"] or {}).get("method") == "api"
         if decided["files"]:
             written = self._execute_module(module_name="k3s_gpu.nvidia.node_files",
                                            module_args={"files": decided["files"]}, task_vars=task_vars)

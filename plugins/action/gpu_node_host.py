@@ -31,6 +31,10 @@ PLAN_VARS = ("gpu_node_force", "gpu_node_mode", "gpu_node_operator_toolkit", "gp
              "gpu_node_absent_remove_toolkit")
 CONFIGURE_VARS = ("gpu_node_runtimes", "gpu_node_enable_cdi", "gpu_node_handler_labels", "gpu_node_backup",
                   "gpu_node_target_release")
+# the device plugin's node labels are written with the containerd step (config.yaml.d)
+DEVICE_PLUGIN_VARS = ("gpu_node_device_plugin_state", "gpu_node_device_plugin_config", "gpu_node_gpu_sharing",
+                      "gpu_node_device_plugin_configs", "gpu_node_device_plugin_chart_version",
+                      "gpu_node_device_plugin_mig_strategy")
 
 
 class ActionModule(ActionBase):
@@ -48,7 +52,7 @@ class ActionModule(ActionBase):
             # every variable of the role in the plan phase: the site playbook imports the role without Ansible's own
             # validation task (rolespec_validate: false), one task per host less
             settings = role_vars.read(task_vars, self._templar.template,
-                                      None if phase == "plan" else READ_VARS + PLAN_VARS + CONFIGURE_VARS)
+                                      None if phase == "plan" else READ_VARS + PLAN_VARS + CONFIGURE_VARS + DEVICE_PLUGIN_VARS)
         except role_vars.RoleVarsError as exc:
             return host_step.failed(result, "%s: %s. Nothing was changed." % (task_vars.get("inventory_hostname"), exc))
         warnings = result.setdefault("warnings", [])
@@ -89,6 +93,8 @@ class ActionModule(ActionBase):
         plan_settings["local_connection"] = task_vars.get("ansible_connection", "ssh") == "local"
         try:
             plan = host_step.plan_host(info, plan_settings, host)
+            if plan.get("selected"):
+                host_step.device_plugin_labels(settings, host)  # the sharing settings refused before any install
         except gpu_operator.GpuOperatorPlanError as exc:
             return host_step.failed(result, str(exc))
         for message in plan["messages"]:
@@ -130,6 +136,11 @@ class ActionModule(ActionBase):
             # the release the inventory asks for: its template check is reported before the upgrade reaches the node
             target_release=settings["target_release"] if settings["target_release"] not in ("", info["release"]) and not absent
             else None)
+        if params["handler_labels"] is not None:
+            try:
+                params["node_labels"] = host_step.device_plugin_labels(settings, self._host)
+            except gpu_operator.GpuOperatorPlanError as exc:
+                return host_step.failed(result, "%s. Nothing was changed." % str(exc).rstrip("."))
         validated = ArgumentSpecValidator(configure.SPEC).validate(params)
         if validated.error_messages:
             return host_step.failed(result, "; ".join(validated.error_messages))
@@ -144,6 +155,8 @@ class ActionModule(ActionBase):
                 result[key] = runtimes[key]
         reboot = result.get("reboot_required", False)
         result.update(host_step.node_result(plan, info, runtimes), _info=info, _plan=plan, _runtimes=runtimes)
+        # for the cluster step's device plugin: this node's CDI readiness and its named plugin config
+        result.update(cdi=host_step.cdi_readiness(info, plan, settings), device_plugin_config=settings["device_plugin_config"])
         result.update(reboot_required=reboot, install_due=False, cdi_due=False)
         if runtimes.get("failed"):
             changed = result.get("changed", False)

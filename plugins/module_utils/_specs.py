@@ -41,6 +41,7 @@ CONTAINERD_RUNTIMES_SPEC = dict(
     default_runtime=dict(type="str"),
     enable_cdi=dict(type="bool"),
     handler_labels=dict(type="bool"),
+    node_labels=dict(type="list", elements="str"),
     node_facts=dict(type="dict"),
     path=dict(type="path"),
     validate=dict(type="str"),

@@ -161,6 +161,12 @@ options:
       - Set (V(true) or V(false)), the task owns that whole file - the default runtime only when O(default_runtime) is
         given, the labels only when V(true); unset, the file keeps a default runtime set earlier.
     type: bool
+  node_labels:
+    description:
+      - k3s/rke2 only, with O(handler_labels) set. More node labels (C(key=value)) written beside the handler labels, such
+        as C(nvidia.com/gpu.present=true), which NVIDIA's device plugin chart schedules on.
+    type: list
+    elements: str
   node_facts:
     description:
       - The registered result of M(k3s_gpu.nvidia.runtime_info) with O(k3s_gpu.nvidia.runtime_info#module:include_content=true),

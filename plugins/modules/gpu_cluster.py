@@ -67,8 +67,8 @@ options:
     description: V(apply) - what this run writes.
     type: list
     elements: str
-    choices: [gpu_operator, runtimeclasses]
-    default: [gpu_operator, runtimeclasses]
+    choices: [gpu_operator, runtimeclasses, device_plugin]
+    default: [gpu_operator, runtimeclasses, device_plugin]
 seealso:
   - module: k3s_gpu.nvidia.runtime_info
   - module: k3s_gpu.nvidia.node_files
@@ -113,10 +113,15 @@ runtimeclasses:
   description: V(apply) - the cluster's RuntimeClasses (C(written), C(shipped), C(skipped), C(owners), C(manifests) for the API method).
   returned: success
   type: dict
-chart_archive:
-  description: V(apply) - C({src, dest, directory}) when the GPU Operator chart archive is to be copied to the server (air-gapped), else null.
+device_plugin:
+  description: V(apply) - the cluster's NVIDIA device plugin HelmChart in host mode (C(wanted), C(chart_version), C(runtime_class), C(device_list_strategy), C(sharing), C(manifest)).
   returned: success
   type: dict
+chart_archives:
+  description: V(apply) - C({src, dest, directory}) of each chart archive to copy to the server (air-gapped).
+  returned: success
+  type: list
+  elements: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -127,8 +132,8 @@ def main():
         phase=dict(type="str", default="apply", choices=["plan", "read", "apply"]), hosts=dict(type="list", elements="str"),
         pattern_hosts=dict(type="list", elements="str"), servers=dict(type="list", elements="str"),
         servers_pattern=dict(type="str"), cluster=dict(type="dict"),
-        objects=dict(type="list", elements="str", choices=["gpu_operator", "runtimeclasses"],
-                     default=["gpu_operator", "runtimeclasses"])),
+        objects=dict(type="list", elements="str", choices=["gpu_operator", "runtimeclasses", "device_plugin"],
+                     default=["gpu_operator", "runtimeclasses", "device_plugin"])),
         supports_check_mode=True)
     module.fail_json(msg="k3s_gpu.nvidia.gpu_cluster runs through its action plugin, inside the collection's playbooks")
 

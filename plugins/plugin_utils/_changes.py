@@ -59,6 +59,21 @@ def node_labels(plan):
             for name in handlers if name in runtimeclasses.NVIDIA_HANDLERS]
 
 
+def _checked_labels(labels):
+    """node_labels as "key=value", each a valid Kubernetes label (k3s refuses to start the node on a bad one)."""
+    checked = []
+    for label in labels or []:
+        key, sep, value = str(label).partition("=")
+        try:
+            if not sep:
+                raise runtimeclasses.RuntimeClassPlanError("node_labels: %r is not key=value" % label)
+            runtimeclasses.check_node_selector({key: value})
+        except runtimeclasses.RuntimeClassPlanError as exc:
+            raise planner.PlanError("%s; nothing was written" % str(exc).replace("node_selector", "node_labels")) from exc
+        checked.append("%s=%s" % (key, value))
+    return checked
+
+
 def compute(facts, params):
     """Plan and file changes for the task. Raises PlanError or TomlEditError; nothing is written then."""
     plan = planner.make_plan(
@@ -110,7 +125,11 @@ def compute(facts, params):
         handler_labels = params.get("handler_labels")
         if handler_labels is not None:
             # the task owns the whole file: the default runtime if given, a label per handler if asked
-            plan["node_labels"] = node_labels(plan) if handler_labels and plan["state"] != "absent" else []
+            plan["node_labels"] = []
+            if plan["state"] != "absent":
+                # the handler labels when asked, then the extra labels (the device plugin's), each once
+                wanted = (node_labels(plan) if handler_labels else []) + _checked_labels(params.get("node_labels"))
+                plan["node_labels"] = [label for index, label in enumerate(wanted) if label not in wanted[:index]]
             wanted_yaml = toml.render_default_runtime_yaml(default_name, plan["node_labels"])
             legacy = facts["files"].get("labels_file_legacy") or {}
             if (legacy.get("content") or "").startswith(LEGACY_LABELS_HEADER):

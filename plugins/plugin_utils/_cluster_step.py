@@ -23,10 +23,13 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 
 GPU_OPERATOR = "gpu_operator"
 RUNTIMECLASSES = "runtimeclasses"
-OBJECTS = (GPU_OPERATOR, RUNTIMECLASSES)
+DEVICE_PLUGIN = "device_plugin"
+OBJECTS = (GPU_OPERATOR, RUNTIMECLASSES, DEVICE_PLUGIN)
 RUNTIMECLASS_MANIFEST = "k3s-gpu-nvidia-runtimeclasses.yaml"
 OPERATOR_MANIFEST = gpu_operator.MANIFEST_FILE
 DEFAULT_CLUSTER = "default"
@@ -47,6 +50,7 @@ OPERATOR_VARS = ("gpu_node_operator_state", "gpu_node_operator_chart_version", "
                  "gpu_node_operator_chart_archive", "gpu_node_operator_namespace", "gpu_node_operator_cdi",
                  "gpu_node_operator_driver", "gpu_node_operator_toolkit", "gpu_node_operator_values",
                  "gpu_node_operator_helmchart_spec")
+DEVICE_PLUGIN_VARS = ("gpu_node_device_plugin_state",) + tuple("gpu_node_" + name for name, _ours in host_step.DEVICE_PLUGIN_SETTINGS)
 SERVER_VARS = ("gpu_node_root", "gpu_node_distribution", "gpu_node_release", "gpu_node_newer_release", "gpu_node_data_dir")
 NODE_VARS = ("gpu_node_mode", "gpu_node_driver_install")
 
@@ -141,6 +145,7 @@ def node_reports(hosts, host_vars, read_node_vars):
                 continue
             handlers = list(result.get("handlers") or [])
             present = bool(result.get("gpu_operator"))
+            cdi = result.get("cdi") or {}
         elif isinstance(reading, dict) and reading and not reading.get("skipped"):
             if reading.get("failed"):
                 complete = False
@@ -149,9 +154,11 @@ def node_reports(hosts, host_vars, read_node_vars):
             names += list((reading.get("loaded_config") or {}).get("runtimes") or [])
             handlers = sorted(set(n for n in names if n.startswith("nvidia")))
             present = bool((reading.get("gpu_operator") or {}).get("present"))
+            cdi = {}
         else:
-            handlers, present = None, False
-        node = {"host": host, "handlers": handlers, "gpu_operator": present}
+            handlers, present, cdi = None, False, {}
+        node = {"host": host, "handlers": handlers, "gpu_operator": present, "cdi_enabled": bool(cdi.get("enabled")),
+                "cdi_spec": bool(cdi.get("spec")), "config": (result or {}).get("device_plugin_config") or ""}
         node.update(read_node_vars(host))
         nodes.append(node)
     return nodes, complete
@@ -170,20 +177,21 @@ def earlier_handlers(manifest_text):
     return sorted(handlers)
 
 
-def decide(cluster, server, nodes, settings, operator_settings, objects, root="/", earlier=None):
+def decide(cluster, server, nodes, settings, operator_settings, objects, root="/", earlier=None, plugin_settings=None):
     """The files the writer gets for one cluster and what to report.
 
     cluster: an entry of clusters(); server: the writer's runtime_info reading; nodes: node_reports()[0];
     settings: read_settings(); operator_settings: the role's gpu_node_operator_* read by _role_vars (operator_*), converted;
     objects: which of OBJECTS this run writes; earlier: handlers of the RuntimeClass manifest on the server (read
-    only when the run is partial). Raises ClusterStepError."""
+    only when the run is partial); plugin_settings: the role's device plugin variables (without the gpu_node_ prefix).
+    Raises ClusterStepError."""
     complete = cluster["complete"]
     paths = server["paths"]
     prefix = root.rstrip("/")
     result = {"cluster": cluster["name"], "writer": cluster["writer"], "complete": complete,
               "distribution": server["distribution"], "release": server["release"],
-              "nodes": [n["host"] for n in nodes], "files": [], "messages": [], "chart_archive": None,
-              "gpu_operator": None, "runtimeclasses": None}
+              "nodes": [n["host"] for n in nodes], "files": [], "messages": [], "chart_archives": [],
+              "gpu_operator": None, "runtimeclasses": None, "device_plugin": None}
     mode_nodes = [{"host": n["host"], "mode": n["mode"], "driver_install": n["driver_install"]} for n in nodes]
     try:
         operator_plan = gpu_operator.plan_cluster(server, _plan_settings(operator_settings), mode_nodes)
@@ -191,22 +199,29 @@ def decide(cluster, server, nodes, settings, operator_settings, objects, root="/
         raise ClusterStepError(str(exc)) from exc
     if GPU_OPERATOR in objects:
         result["gpu_operator"] = _operator_files(result, operator_plan, operator_settings, paths, prefix, complete)
+    owned = operator_plan["runtimeclasses"]
+    reported = [dict((k, n[k]) for k in ("host", "handlers", "gpu_operator")) for n in nodes if n["handlers"] is not None]
+    for node in reported:
+        if next(n for n in nodes if n["host"] == node["host"])["mode"] == gpu_operator.MODE_OPERATOR:
+            node["operator_runtimeclasses"] = owned
+    if not complete and earlier:
+        reported.append({"host": "(RuntimeClasses written by an earlier run)", "handlers": earlier})
+    try:
+        classes = runtimeclasses.plan_runtimeclasses(
+            server, reported, node_selector=settings["runtimeclasses_node_selector"] or None,
+            overhead=settings["runtimeclasses_overhead"] or None,
+            select_by_handler_label=settings["runtimeclasses_select_nodes"])
+    except runtimeclasses.RuntimeClassPlanError as exc:
+        raise ClusterStepError(str(exc)) from exc
     if RUNTIMECLASSES in objects:
-        owned = operator_plan["runtimeclasses"]
-        reported = [dict((k, n[k]) for k in ("host", "handlers", "gpu_operator")) for n in nodes if n["handlers"] is not None]
-        for node in reported:
-            if next(n for n in nodes if n["host"] == node["host"])["mode"] == gpu_operator.MODE_OPERATOR:
-                node["operator_runtimeclasses"] = owned
-        if not complete and earlier:
-            reported.append({"host": "(RuntimeClasses written by an earlier run)", "handlers": earlier})
-        try:
-            plan = runtimeclasses.plan_runtimeclasses(
-                server, reported, node_selector=settings["runtimeclasses_node_selector"] or None,
-                overhead=settings["runtimeclasses_overhead"] or None,
-                select_by_handler_label=settings["runtimeclasses_select_nodes"])
-        except runtimeclasses.RuntimeClassPlanError as exc:
-            raise ClusterStepError(str(exc)) from exc
-        result["runtimeclasses"] = _runtimeclass_files(result, plan, settings, paths, prefix, complete)
+        result["runtimeclasses"] = _runtimeclass_files(result, classes, settings, paths, prefix, complete)
+    if DEVICE_PLUGIN in objects:
+        # the RuntimeClasses the cluster has: the release's and ours (the operator's mode never gets the plugin)
+        available = list(classes["shipped"])
+        if settings["runtimeclasses_state"] == "present":
+            available += [m["metadata"]["name"] for m in classes["manifests"]]
+        result["device_plugin"] = _device_plugin_files(result, server, nodes, plugin_settings or {}, operator_plan["wanted"],
+                                                       sorted(set(available)), paths, prefix, complete)
     return result
 
 
@@ -232,8 +247,9 @@ def _operator_files(result, plan, operator_settings, paths, prefix, complete):
             plan["chart_version"], plan["operator_mode"], ", ".join(plan["operator_nodes"]),
             ", ".join(plan["runtimeclasses_created"]) or "-", ", ".join(plan["runtimeclasses_deleted"]) or "-"))
         if plan["chart_archive_path"]:
-            result["chart_archive"] = {"src": operator_settings["operator_chart_archive"], "dest": prefix + plan["chart_archive_path"],
-                                       "directory": prefix + paths["static_charts_dir"]}
+            result["chart_archives"].append({"src": operator_settings["operator_chart_archive"],
+                                             "dest": prefix + plan["chart_archive_path"],
+                                             "directory": prefix + paths["static_charts_dir"]})
     elif complete:
         # k3s/rke2 do not delete the objects of a removed manifest: the README says how to uninstall the chart
         result["files"].append({"path": path, "state": "absent"})
@@ -268,5 +284,45 @@ def _runtimeclass_files(result, plan, settings, paths, prefix, complete):
             else "the release or the GPU Operator provides every class the nodes need", "; " + left if left else ""))
     else:
         result["messages"].append("RuntimeClass manifest left as it is: this run does not see every GPU node of the "
+                                  "cluster (--limit, or a node failed), and only a full run removes it")
+    return report
+
+
+def _device_plugin_files(result, server, nodes, plugin_settings, operator_wanted, available, paths, prefix, complete):
+    """Host mode: NVIDIA's device plugin HelmChart for the cluster's host-mode GPU nodes; removed where the cluster is
+    in operator mode (the GPU Operator ships its own plugin: never two on a node), on state absent, or with no GPU node."""
+    path = "%s%s/%s" % (prefix, paths["manifests_dir"], device_plugin.MANIFEST_FILE)
+    state = plugin_settings.get("device_plugin_state", "present")
+    gpu_nodes = [device_plugin.NodeFacts(host=n["host"], cdi_enabled=n["cdi_enabled"], cdi_spec=n["cdi_spec"],
+                                         handlers=tuple(n["handlers"]) if n["handlers"] is not None else None,
+                                         config=n["config"])
+                 for n in nodes if n["mode"] == gpu_operator.MODE_HOST and n["handlers"] is not None]
+    wanted = state == "present" and not operator_wanted and bool(gpu_nodes)
+    report = {"wanted": wanted, "manifest": path}
+    if wanted:
+        try:
+            plan = device_plugin.plan_cluster(server, host_step.device_plugin_settings(plugin_settings), gpu_nodes, available)
+        except device_plugin.DevicePluginPlanError as exc:
+            raise ClusterStepError(str(exc).rstrip(".")) from exc
+        sharing = (plan["values"].get("config") or {}).get("map") or {}
+        report.update(chart_version=plan["chart_version"], runtime_class=plan["runtime_class"],
+                      device_list_strategy=plan["device_list_strategy"], device_list_reason=plan["device_list_reason"],
+                      configs=plan["configs"], sharing=host_step.device_plugin_settings(plugin_settings).get("sharing"))
+        result["files"].append({"path": path, "state": "file", "content": device_plugin.render_manifest(plan),
+                                "mode": "0600", "directory_mode": "0700"})
+        result["messages"].append("NVIDIA device plugin %s under RuntimeClass %s, device list %s (%s)%s" % (
+            plan["chart_version"], plan["runtime_class"], plan["device_list_strategy"], plan["device_list_reason"],
+            "; configs %s" % ", ".join(sorted(sharing)) if sharing else ""))
+        if plan["chart_archive_path"]:
+            result["chart_archives"].append({"src": plugin_settings["device_plugin_chart_archive"],
+                                             "dest": prefix + plan["chart_archive_path"],
+                                             "directory": prefix + paths["static_charts_dir"]})
+    elif complete:
+        result["files"].append({"path": path, "state": "absent"})
+        result["messages"].append("no device plugin from this collection (%s)" % (
+            "the GPU Operator brings its own" if operator_wanted else "gpu_node_device_plugin_state=absent"
+            if state != "present" else "no host-mode GPU node"))
+    else:
+        result["messages"].append("device plugin manifest left as it is: this run does not see every GPU node of the "
                                   "cluster (--limit, or a node failed), and only a full run removes it")
     return report

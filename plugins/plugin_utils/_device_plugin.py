@@ -462,6 +462,18 @@ def node_labels(nodes, sharing=None, configs=None):
     return labels
 
 
+def labels_of_node(settings, host, config=""):
+    """The node labels ("key=value") one GPU node needs for the plugin (what the gpu_node role writes through
+    config.yaml.d), from the same settings as plan_cluster; a config name must be one of settings' configs."""
+    checked = _check_settings(settings)
+    if config and config not in checked["configs"]:
+        raise DevicePluginPlanError("gpu_node_device_plugin_config is %r, which is not a key of %s%s; add it there, or "
+                                    "leave it empty for the cluster-wide config." % (
+                                        config, VARIABLES["configs"], _closest(config, tuple(checked["configs"]))))
+    labels = node_labels([NodeFacts(host=host, config=config)], checked["sharing"], checked["configs"])[host]
+    return ["%s=%s" % (key, labels[key]) for key in sorted(labels)]
+
+
 def chart_values(settings, runtime_class, device_list_strategy, nodes):
     """The chart values for checked settings (what goes into valuesContent)."""
     chart = settings["chart"]

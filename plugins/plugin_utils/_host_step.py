@@ -14,6 +14,7 @@ import re
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes_engine
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
 
 # module options named in messages of the modules, and the role variables a user sets instead
 _OPTION_NAMES = (
@@ -53,6 +54,46 @@ def cdi_due(info, plan, settings):
         return False
     return not any(spec.get("path") == settings["cdi_spec_path"] and spec.get("current")
                    for spec in info["cdi"]["specs"])
+
+
+# the role's device plugin variables (read without the gpu_node_ prefix) -> the settings of _device_plugin
+DEVICE_PLUGIN_SETTINGS = (("device_plugin_chart_version", "chart_version"), ("device_plugin_chart_repo", "chart_repo"),
+                          ("device_plugin_chart_archive", "chart_archive"), ("device_plugin_namespace", "namespace"),
+                          ("device_plugin_runtime_class", "runtime_class"),
+                          ("device_plugin_device_list_strategy", "device_list_strategy"),
+                          ("device_plugin_device_discovery_strategy", "device_discovery_strategy"),
+                          ("device_plugin_mig_strategy", "mig_strategy"), ("device_plugin_gfd", "gfd"),
+                          ("device_plugin_image_registry", "image_registry"), ("gpu_sharing", "sharing"),
+                          ("device_plugin_configs", "configs"))
+
+
+def device_plugin_settings(settings):
+    """_device_plugin's settings from the role's variables (the chart archive by its file name, as it is served)."""
+    converted = dict((ours, settings[name]) for name, ours in DEVICE_PLUGIN_SETTINGS if name in settings)
+    converted["chart_archive"] = (converted.get("chart_archive") or "").rsplit("/", 1)[-1]
+    converted["sharing"] = converted.get("sharing") or None
+    return converted
+
+
+def device_plugin_labels(settings, host):
+    """The node labels the device plugin needs on this GPU node (host mode, the plugin present), else []."""
+    if settings.get("mode") != "host" or settings.get("device_plugin_state") != "present" or settings.get("state") == "absent":
+        return []
+    try:
+        return device_plugin.labels_of_node(device_plugin_settings(settings), host, settings.get("device_plugin_config") or "")
+    except device_plugin.DevicePluginPlanError as exc:
+        raise gpu_operator.GpuOperatorPlanError("%s: %s" % (host or "this host", str(exc).rstrip("."))) from exc
+
+
+def cdi_readiness(info, plan, settings):
+    """What the device plugin's CDI choice needs to know of this node: CDI on in containerd (as configured, or the
+    release's default) and a current NVIDIA spec (or one this run generated: the spec was due before the configure
+    step, and the role generates it in between)."""
+    enabled = settings.get("enable_cdi")
+    if enabled is None:
+        enabled = bool((info.get("profile") or {}).get("cdi_default_on"))
+    spec = any(s.get("kind") == "nvidia.com/gpu" and s.get("current") for s in (info.get("cdi") or {}).get("specs") or [])
+    return {"enabled": bool(enabled), "spec": spec or cdi_due(info, plan, settings)}
 
 
 def node_result(plan, info, runtimes):

@@ -94,6 +94,7 @@ def cluster_row(result, check_mode=False):
     changed = bool(result.get("changed")) and not failed
     operator = result.get("gpu_operator") or {}
     classes = result.get("runtimeclasses") or {}
+    plugin = result.get("device_plugin") or {}
     item = result.get("item") if isinstance(result.get("item"), dict) else {}  # the plan's entry, when not written
     return {
         "cluster": result.get("cluster") or item.get("name") or "", "writer": result.get("writer") or item.get("writer") or "",
@@ -101,6 +102,8 @@ def cluster_row(result, check_mode=False):
         "complete": bool(result.get("complete", item.get("complete", True))),
         "gpu_operator": operator.get("chart_version") if operator.get("wanted") else None,
         "runtimeclasses": list(classes.get("written") or []),
+        "device_plugin": dict((k, plugin.get(k)) for k in ("chart_version", "runtime_class", "device_list_strategy", "sharing"))
+        if plugin.get("wanted") else None,
         "files": [{"path": f.get("path"), "action": f.get("action")} for f in result.get("files") or []],
         "changed": changed and not check_mode, "would_change": changed and check_mode,
     }
@@ -120,6 +123,12 @@ def cluster_line(entry, check_mode=False):
         parts.append("unchanged")
     parts.append("GPU Operator %s" % entry["gpu_operator"] if entry["gpu_operator"] else "no GPU Operator from this collection")
     parts.append("RuntimeClasses %s" % (",".join(entry["runtimeclasses"]) or "none of ours"))
+    plugin = entry["device_plugin"]
+    if plugin:
+        sharing = plugin.get("sharing") or {}
+        parts.append("device plugin %s (%s, %s%s)" % (plugin["chart_version"], plugin["runtime_class"],
+                                                      plugin["device_list_strategy"],
+                                                      ", %s x%s" % (sharing["strategy"], sharing["replicas"]) if sharing else ""))
     if not entry["complete"]:
         parts.append("partial run: nothing removed")
     return " | ".join(parts)

@@ -192,7 +192,7 @@ before=$(find "$work/nodes" -printf '%p %s %m\n' | sort | sha256sum)
 PLAYBOOK=k3s_gpu.nvidia.site run k3s-ansible.yml --check
 after=$(find "$work/nodes" -printf '%p %s %m\n' | sort | sha256sum)
 expect "site --check on a k3s-ansible inventory (rc $status)" test "$status" -eq 0
-expect "... the summary says what would change" in_out "gpu: configured | k3s v1.33.10+k3s1 | detected nvidia,nvidia-cdi | written nvidia-legacy | by release nvidia,nvidia-cdi | WOULD CHANGE: created /var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml, created /etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml | 3 node labels"
+expect "... the summary says what would change" in_out "gpu: configured | k3s v1.33.10+k3s1 | detected nvidia,nvidia-cdi | written nvidia-legacy | by release nvidia,nvidia-cdi | WOULD CHANGE: created /var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml, created /etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml | 4 node labels"
 expect "... and that a restart would be needed" in_out "RESTART NEEDED (check mode)"
 expect "... the CPU server is skipped with the reason" in_out "cpu: skipped (no NVIDIA GPU on the PCI bus and no driver loaded) | k3s v1.33.10+k3s1"
 expect "... the cluster's row says which manifest would change" in_out "cluster default: done | from cpu | WOULD CHANGE: created $work/nodes/cpu/var/lib/rancher/k3s/server/manifests/k3s-gpu-nvidia-runtimeclasses.yaml"
@@ -211,7 +211,24 @@ expect "... (partial: nothing removed)" in_out "partial run: nothing removed"
 # 9. a partial run only adds: with --limit, runtimeclasses_state=absent leaves the manifest; a full run removes it
 PLAYBOOK=k3s_gpu.nvidia.site run k3s-ansible.yml
 expect "site without a limit (rc $status)" test "$status" -eq 0
-expect "... sees the whole cluster and changes nothing more" in_out "cluster default: done | from cpu | unchanged | no GPU Operator from this collection | RuntimeClasses nvidia-cdi,nvidia-legacy"
+expect "... sees the whole cluster and changes nothing more" in_out "cluster default: done | from cpu | unchanged | no GPU Operator from this collection | RuntimeClasses nvidia-cdi,nvidia-legacy | device plugin 0.20.0 (nvidia, envvar)"
+plugin=$work/nodes/cpu/var/lib/rancher/k3s/server/manifests/k3s-gpu-nvidia-device-plugin.yaml
+expect "... the device plugin's HelmChart is on the server" grep -qF 'runtimeClassName: "nvidia"' "$plugin"
+expect "... and the GPU node is labelled where the chart schedules" grep -qF '"nvidia.com/gpu.present=true"' "$work/nodes/gpu/etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml"
+PLAYBOOK=k3s_gpu.nvidia.site run k3s-ansible.yml -e '{"gpu_node_gpu_sharing": {"strategy": "time-slicing", "replicas": 1}}'
+expect "one GPU shared by 1 is refused (rc $status)" test "$status" -ne 0
+expect "... naming the variable and the fix" in_out "gpu_node_gpu_sharing.replicas is 1; set a whole number of 2 or more"
+PLAYBOOK=k3s_gpu.nvidia.site run k3s-ansible.yml -e '{"gpu_node_gpu_sharing": {"strategy": "time-slicing", "replicas": 4}}'
+expect "time-slicing by 4 (rc $status)" test "$status" -eq 0
+expect "... goes into the plugin's config" grep -qF "replicas: 4" "$plugin"
+expect "... and the summary says so" in_out "device plugin 0.20.0 (nvidia, envvar, time-slicing x4)"
+PLAYBOOK=k3s_gpu.nvidia.site run k3s-ansible.yml -e '{"gpu_node_gpu_sharing": {"strategy": "time-slicing", "replicas": 4}}'
+expect "... a second run changes nothing" no_host_changed
+PLAYBOOK=k3s_gpu.nvidia.site run k3s-ansible.yml -e gpu_node_device_plugin_state=absent
+expect "gpu_node_device_plugin_state=absent (rc $status)" test "$status" -eq 0
+expect "... removes the plugin's HelmChart" test ! -e "$plugin"
+PLAYBOOK=k3s_gpu.nvidia.site run k3s-ansible.yml
+expect "... and the next run brings it back (rc $status)" test -f "$plugin"
 PLAYBOOK=k3s_gpu.nvidia.runtimeclasses run k3s-ansible.yml --limit gpu -e runtimeclasses_state=absent
 expect "runtimeclasses --limit gpu, state absent (rc $status)" test "$status" -eq 0
 expect "... keeps the manifest (a partial run removes nothing)" test -f "$manifest"
@@ -339,6 +356,7 @@ expect "... with the RuntimeClass manifest on the server" test -f "$manifest"
 PLAYBOOK=k3s_gpu.nvidia.site run k3s-ansible.yml -e gpu_node_state=absent
 expect "site -e gpu_node_state=absent (rc $status)" test "$status" -eq 0
 expect "... removes the cluster's RuntimeClass manifest" test ! -e "$manifest"
+expect "... and the device plugin's HelmChart" test ! -e "$plugin"
 expect "... says what it took back from the GPU node" in_out '"gpu: absent | k3s v1.33.10+k3s1 | taken back: removed'
 expect "... and the cluster's removal" in_out "cluster default: done | from cpu | changed: removed $manifest"
 PLAYBOOK=k3s_gpu.nvidia.site run k3s-ansible.yml -e gpu_node_state=absent

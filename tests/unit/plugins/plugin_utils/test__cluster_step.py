@@ -88,16 +88,17 @@ def reports(vars_by_host, modes=None):
 
 def test_node_reports_from_the_role_and_from_a_reading():
     nodes, complete = reports({
-        "gpu1": {"gpu_node_result": {"status": "configured", "handlers": ["nvidia", "nvidia-legacy"], "gpu_operator": False}},
+        "gpu1": {"gpu_node_result": {"status": "configured", "handlers": ["nvidia", "nvidia-legacy"], "gpu_operator": False,
+                                     "cdi": {"enabled": True, "spec": True}, "device_plugin_config": "shared"}},
         "cpu1": {"gpu_node_result": {"status": "skipped"}},
         "gpu2": {step.READING_VAR: {"release_runtimes": [{"name": "nvidia"}, {"name": "crun"}],
                                     "loaded_config": {"runtimes": ["nvidia-cdi", "runc"]}, "gpu_operator": {"present": True}}},
     })
     assert complete is True
     assert nodes == [{"host": "gpu1", "handlers": ["nvidia", "nvidia-legacy"], "gpu_operator": False, "mode": "host",
-                      "driver_install": False},
+                      "driver_install": False, "cdi_enabled": True, "cdi_spec": True, "config": "shared"},
                      {"host": "gpu2", "handlers": ["nvidia", "nvidia-cdi"], "gpu_operator": True, "mode": "host",
-                      "driver_install": False}]
+                      "driver_install": False, "cdi_enabled": False, "cdi_spec": False, "config": ""}]
 
 
 @pytest.mark.parametrize("seen", [
@@ -114,13 +115,18 @@ def test_taken_back_nodes_are_not_gpu_nodes():
     assert nodes == [] and complete is True
 
 
-def node(host, handlers, mode="host"):
-    return {"host": host, "handlers": handlers, "gpu_operator": False, "mode": mode, "driver_install": False}
+def node(host, handlers, mode="host", cdi=False):
+    return {"host": host, "handlers": handlers, "gpu_operator": False, "mode": mode, "driver_install": False,
+            "cdi_enabled": cdi, "cdi_spec": cdi, "config": ""}
 
 
-def decide(nodes, complete=True, objects=step.OBJECTS, settings=SETTINGS, operator=OPERATOR, earlier=None):
+PLUGIN = {"device_plugin_state": "present", "gpu_sharing": {}, "device_plugin_configs": {}}
+
+
+def decide(nodes, complete=True, objects=(step.GPU_OPERATOR, step.RUNTIMECLASSES), settings=SETTINGS, operator=OPERATOR,
+           earlier=None, plugin=None):
     cluster = {"name": "a", "writer": "server1", "hosts": [n["host"] for n in nodes], "complete": complete}
-    return step.decide(cluster, server(), nodes, settings, operator, objects, "/srv/node", earlier)
+    return step.decide(cluster, server(), nodes, settings, operator, objects, "/srv/node", earlier, plugin_settings=plugin)
 
 
 def test_host_mode_writes_the_missing_classes_and_removes_the_operator_manifest():
@@ -171,3 +177,49 @@ def test_earlier_handlers_are_read_from_our_manifest():
     text = runtimeclasses.render_manifest_yaml([runtimeclasses.runtimeclass_manifest(h) for h in ("nvidia-legacy", "nvidia-cdi")])
     assert step.earlier_handlers(text) == ["nvidia-cdi", "nvidia-legacy"]
     assert step.earlier_handlers("{not yaml: [") == [] and step.earlier_handlers("") == []
+
+
+def plugin_file(result):
+    return next(f for f in result["files"] if f["path"].endswith("/k3s-gpu-nvidia-device-plugin.yaml"))
+
+
+def test_host_mode_gets_the_device_plugin_under_an_nvidia_runtimeclass():
+    result = decide([node("gpu1", ["nvidia", "nvidia-cdi", "nvidia-legacy"])], objects=step.OBJECTS, plugin=PLUGIN)
+    written = plugin_file(result)
+    assert written["state"] == "file" and 'chart: "nvidia-device-plugin"' in written["content"]
+    assert result["device_plugin"]["runtime_class"] == "nvidia" and result["device_plugin"]["device_list_strategy"] == "envvar"
+
+
+def test_cdi_everywhere_hands_devices_through_cri():
+    result = decide([node("gpu1", ["nvidia", "nvidia-cdi"], cdi=True), node("gpu2", ["nvidia", "nvidia-cdi"], cdi=True)],
+                    objects=step.OBJECTS, plugin=PLUGIN)
+    assert result["device_plugin"]["device_list_strategy"] == "cdi-cri"
+    result = decide([node("gpu1", ["nvidia", "nvidia-cdi"], cdi=True), node("gpu2", ["nvidia", "nvidia-cdi"])],
+                    objects=step.OBJECTS, plugin=PLUGIN)
+    assert result["device_plugin"]["device_list_strategy"] == "envvar"
+
+
+def test_time_slicing_goes_into_the_plugin_config():
+    shared = dict(PLUGIN, gpu_sharing={"strategy": "time-slicing", "replicas": 4})
+    result = decide([node("gpu1", ["nvidia"])], objects=step.OBJECTS, plugin=shared)
+    assert "replicas: 4" in plugin_file(result)["content"]
+    assert result["device_plugin"]["sharing"] == {"strategy": "time-slicing", "replicas": 4}
+
+
+def test_bad_sharing_is_refused_by_its_variable():
+    with pytest.raises(step.ClusterStepError, match="gpu_node_gpu_sharing.replicas is 1"):
+        decide([node("gpu1", ["nvidia"])], objects=step.OBJECTS, plugin=dict(PLUGIN, gpu_sharing={"strategy": "mps", "replicas": 1}))
+
+
+@pytest.mark.parametrize("mode, plugin, why", [
+    ("operator", PLUGIN, "the GPU Operator brings its own"),
+    ("host", dict(PLUGIN, device_plugin_state="absent"), "gpu_node_device_plugin_state=absent"),
+])
+def test_operator_mode_and_state_absent_remove_our_plugin(mode, plugin, why):
+    result = decide([node("gpu1", ["nvidia"], mode=mode)], objects=step.OBJECTS, plugin=plugin)
+    assert plugin_file(result)["state"] == "absent" and any(why in m for m in result["messages"])
+
+
+def test_a_partial_run_never_removes_the_plugin():
+    result = decide([node("gpu1", ["nvidia"], mode="operator")], complete=False, objects=step.OBJECTS, plugin=PLUGIN)
+    assert not any(f["path"].endswith("device-plugin.yaml") for f in result["files"])
