@@ -18,6 +18,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_ste
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
 
 
 class ActionModule(ActionBase):
@@ -36,6 +37,8 @@ class ActionModule(ActionBase):
                 return self._plan(result, args, task_vars)
             if phase == "read":
                 return self._read(result, task_vars)
+            if phase == "inspect":
+                return self._inspect(result, args, task_vars)
             return self._apply(result, args, task_vars)
         except (cluster_step.ClusterStepError, role_vars.RoleVarsError) as exc:
             result.update(failed=True, changed=False, msg="%s. Nothing was changed." % str(exc).rstrip("."))
@@ -70,6 +73,27 @@ class ActionModule(ActionBase):
         if reading.get("failed"):
             raise cluster_step.ClusterStepError("%s: %s" % (host, host_step.in_role_terms(reading.get("msg")).rstrip(".")))
         result.update(reading, changed=False)
+        return result
+
+    def _inspect(self, result, args, task_vars):
+        """Without a cluster (the verify playbook): what the manifests on the cluster's server say, read only."""
+        cluster = args["cluster"]
+        writer_vars = self._vars(cluster["writer"])
+        server_vars = role_vars.read(writer_vars, self._templar.template, cluster_step.SERVER_VARS)
+        server = self._read_server(cluster["writer"], writer_vars, server_vars, task_vars)
+        if server.get("failed"):
+            raise cluster_step.ClusterStepError("cluster %s: reading the server %s failed: %s" % (
+                cluster["name"], cluster["writer"], host_step.in_role_terms(server.get("msg")).rstrip(".")))
+        texts = {}
+        for name in cluster_step.MANIFESTS:
+            path = "%s%s/%s" % (server_vars["root"].rstrip("/"), server["paths"]["manifests_dir"], name)
+            read = self._execute_module(module_name="ansible.builtin.slurp", module_args={"src": path}, task_vars=task_vars)
+            texts[name] = None if read.get("failed") else base64.b64decode(read["content"]).decode("utf-8", "replace")
+        found = verify.inspect_manifests(texts)
+        lines, problems = cluster_step.inspection_lines(cluster, found)
+        result.update(changed=False, manifests=found, msg=lines, not_checked=list(cluster_step.NOT_CHECKED_OFFLINE))
+        if problems:
+            result.update(failed=True, msg=lines + problems)
         return result
 
     def _apply(self, result, args, task_vars):

@@ -41,10 +41,11 @@ attributes:
 options:
   phase:
     description: V(plan) lists the clusters; V(read) reads this GPU node (its NVIDIA handlers) as the role would; V(apply)
-      writes the objects of one cluster.
+      writes the objects of one cluster; V(inspect) reads what the manifests on the cluster's server say (the verify
+      playbook without a cluster).
     type: str
     default: apply
-    choices: [plan, read, apply]
+    choices: [plan, read, apply, inspect]
   hosts:
     description: V(plan) - the GPU hosts of this run (the play's hosts, within C(--limit)).
     type: list
@@ -129,7 +130,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 def main():
     module = AnsibleModule(argument_spec=dict(
-        phase=dict(type="str", default="apply", choices=["plan", "read", "apply"]), hosts=dict(type="list", elements="str"),
+        phase=dict(type="str", default="apply", choices=["plan", "read", "apply", "inspect"]), hosts=dict(type="list", elements="str"),
         pattern_hosts=dict(type="list", elements="str"), servers=dict(type="list", elements="str"),
         servers_pattern=dict(type="str"), cluster=dict(type="dict"),
         objects=dict(type="list", elements="str", choices=["gpu_operator", "runtimeclasses", "device_plugin"],

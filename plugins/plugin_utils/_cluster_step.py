@@ -32,6 +32,10 @@ DEVICE_PLUGIN = "device_plugin"
 OBJECTS = (GPU_OPERATOR, RUNTIMECLASSES, DEVICE_PLUGIN)
 RUNTIMECLASS_MANIFEST = "k3s-gpu-nvidia-runtimeclasses.yaml"
 OPERATOR_MANIFEST = gpu_operator.MANIFEST_FILE
+MANIFESTS = (OPERATOR_MANIFEST, RUNTIMECLASS_MANIFEST, device_plugin.MANIFEST_FILE)
+# what the verify playbook cannot tell without a cluster
+NOT_CHECKED_OFFLINE = ("whether k3s/rke2 applied the manifests and helm-controller installed the charts",
+                       "the nodes' allocatable nvidia.com/gpu", "a GPU pod (runtimeClassName and nvidia.com/gpu: 1)")
 DEFAULT_CLUSTER = "default"
 # the keys k3s_gpu.nvidia.runtimeclasses reads from its first play's reading of a node (runtime_info)
 READING_VAR = "runtimeclasses__info"
@@ -326,3 +330,26 @@ def _device_plugin_files(result, server, nodes, plugin_settings, operator_wanted
         result["messages"].append("device plugin manifest left as it is: this run does not see every GPU node of the "
                                   "cluster (--limit, or a node failed), and only a full run removes it")
     return report
+
+
+def inspection_lines(cluster, found):
+    """(lines, problems) of the verify playbook without a cluster, from _verify.inspect_manifests of the writer."""
+    where = "cluster %s (%s)" % (cluster["name"], cluster["writer"])
+    lines = []
+    for name in MANIFESTS:
+        entry = found.get(name)
+        if entry is None:
+            lines.append("%s: %s not there" % (where, name))
+        elif "chart" in entry:
+            lines.append("%s: %s - HelmChart %s %s%s" % (where, name, entry["chart"], entry.get("version") or "(archive)",
+                                                        ", runtimeClassName %s" % entry["runtimeClassName"]
+                                                        if entry.get("runtimeClassName") else ""))
+        else:
+            lines.append("%s: %s - %s" % (where, name, ", ".join(entry["names"])))
+    problems = []
+    if found.get(OPERATOR_MANIFEST) is None and found.get(device_plugin.MANIFEST_FILE) is None:
+        problems.append("%s: neither NVIDIA's device plugin nor the GPU Operator is deployed by this collection, so no "
+                        "node advertises nvidia.com/gpu and a pod asking for one stays Pending; run k3s_gpu.nvidia.site "
+                        "(gpu_node_device_plugin_state: present in host mode)" % where)
+    lines.append("%s: not checked without a cluster: %s" % (where, "; ".join(NOT_CHECKED_OFFLINE)))
+    return lines, problems

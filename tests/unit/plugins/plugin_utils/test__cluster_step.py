@@ -223,3 +223,14 @@ def test_operator_mode_and_state_absent_remove_our_plugin(mode, plugin, why):
 def test_a_partial_run_never_removes_the_plugin():
     result = decide([node("gpu1", ["nvidia"], mode="operator")], complete=False, objects=step.OBJECTS, plugin=PLUGIN)
     assert not any(f["path"].endswith("device-plugin.yaml") for f in result["files"])
+
+
+def test_without_a_cluster_a_missing_device_plugin_is_a_problem_and_the_unchecked_is_said():
+    cluster = {"name": "a", "writer": "server1"}
+    lines, problems = step.inspection_lines(cluster, {})
+    assert problems and "stays Pending" in problems[0]
+    assert lines[-1].startswith("cluster a (server1): not checked without a cluster: ")
+    found = {step.device_plugin.MANIFEST_FILE: {"kinds": ["HelmChart"], "names": ["nvidia-device-plugin"],
+                                                "chart": "nvidia-device-plugin", "version": "0.20.0", "runtimeClassName": "nvidia"}}
+    lines, problems = step.inspection_lines(cluster, found)
+    assert problems == [] and any("HelmChart nvidia-device-plugin 0.20.0, runtimeClassName nvidia" in line for line in lines)
