@@ -115,7 +115,9 @@ runtimeclasses:
   returned: success
   type: dict
 device_plugin:
-  description: V(apply) - the cluster's NVIDIA device plugin HelmChart in host mode (C(wanted), C(chart_version), C(runtime_class), C(device_list_strategy), C(sharing), C(manifest)).
+  description:
+    - V(apply) - the cluster's NVIDIA device plugin HelmChart in host mode (C(wanted), C(chart_version), C(runtime_class),
+      C(device_list_strategy), C(sharing), C(manifest)).
   returned: success
   type: dict
 chart_archives:

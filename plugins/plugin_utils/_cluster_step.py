@@ -238,6 +238,13 @@ def _plan_settings(operator_settings):
             "values": setting.get("values") or {}, "helmchart_spec": setting.get("helmchart_spec") or {}}
 
 
+def _chart_archive(result, source, plan, paths, prefix):
+    """An air-gapped chart: the archive on the controller goes to the server's static/charts, where the HelmChart points."""
+    if plan["chart_archive_path"]:
+        result["chart_archives"].append({"src": source, "dest": prefix + plan["chart_archive_path"],
+                                         "directory": prefix + paths["static_charts_dir"]})
+
+
 def _operator_files(result, plan, operator_settings, paths, prefix, complete):
     path = "%s%s/%s" % (prefix, paths["manifests_dir"], OPERATOR_MANIFEST)
     wanted = operator_settings.get("operator_state", "present") == "present" and plan["wanted"]
@@ -250,10 +257,7 @@ def _operator_files(result, plan, operator_settings, paths, prefix, complete):
         result["messages"].append("GPU Operator %s (%s mode) for %s; its RuntimeClasses: creates %s, deletes %s" % (
             plan["chart_version"], plan["operator_mode"], ", ".join(plan["operator_nodes"]),
             ", ".join(plan["runtimeclasses_created"]) or "-", ", ".join(plan["runtimeclasses_deleted"]) or "-"))
-        if plan["chart_archive_path"]:
-            result["chart_archives"].append({"src": operator_settings["operator_chart_archive"],
-                                             "dest": prefix + plan["chart_archive_path"],
-                                             "directory": prefix + paths["static_charts_dir"]})
+        _chart_archive(result, operator_settings["operator_chart_archive"], plan, paths, prefix)
     elif complete:
         # k3s/rke2 do not delete the objects of a removed manifest: the README says how to uninstall the chart
         result["files"].append({"path": path, "state": "absent"})
@@ -317,10 +321,7 @@ def _device_plugin_files(result, server, nodes, plugin_settings, operator_wanted
         result["messages"].append("NVIDIA device plugin %s under RuntimeClass %s, device list %s (%s)%s" % (
             plan["chart_version"], plan["runtime_class"], plan["device_list_strategy"], plan["device_list_reason"],
             "; configs %s" % ", ".join(sorted(sharing)) if sharing else ""))
-        if plan["chart_archive_path"]:
-            result["chart_archives"].append({"src": plugin_settings["device_plugin_chart_archive"],
-                                             "dest": prefix + plan["chart_archive_path"],
-                                             "directory": prefix + paths["static_charts_dir"]})
+        _chart_archive(result, plugin_settings["device_plugin_chart_archive"], plan, paths, prefix)
     elif complete:
         result["files"].append({"path": path, "state": "absent"})
         result["messages"].append("no device plugin from this collection (%s)" % (

@@ -36,6 +36,27 @@ def row(host, result, check_mode=False):
     return entry
 
 
+def _files(entry):
+    return ", ".join("%s %s" % (f["action"], f["path"]) for f in entry["files"])
+
+
+def _what_changed(entry, changed, would_change, nothing):
+    """The part of a line that says what this run changed, would change (check mode), or that nothing did."""
+    if entry["would_change"]:
+        return "%s: %s" % (would_change, _files(entry))
+    if entry["changed"]:
+        return "%s: %s" % (changed, _files(entry))
+    return nothing
+
+
+def _restart(entry, check_mode):
+    if entry["restarted"]:
+        return "restarted, verified " + {True: "yes", False: "NO", None: "-"}[entry["verified"]]
+    if entry["restart_needed"]:
+        return "RESTART NEEDED" + (" (check mode)" if check_mode else "")
+    return None
+
+
 def line(entry, check_mode=False):
     """One line per host that never contradicts itself (only what the row says, each fact once)."""
     parts = ["%s: %s" % (entry["host"], entry["status"]) + (" (%s)" % entry["reason"] if entry["reason"] else "")]
@@ -43,35 +64,24 @@ def line(entry, check_mode=False):
         parts.append("%s %s" % (entry["distribution"], entry["release"]))
     if entry["status"] == "absent":
         # gpu_node_state=absent: what was taken back, or would be
-        if entry["would_change"]:
-            parts.append("WOULD TAKE BACK: " + ", ".join("%s %s" % (f["action"], f["path"]) for f in entry["files"]))
-        elif entry["changed"]:
-            parts.append("taken back: " + ", ".join("%s %s" % (f["action"], f["path"]) for f in entry["files"]))
-        else:
-            parts.append("nothing of ours left")
-        if entry["restarted"]:
-            parts.append("restarted, verified " + {True: "yes", False: "NO", None: "-"}[entry["verified"]])
-        elif entry["restart_needed"]:
-            parts.append("RESTART NEEDED" + (" (check mode)" if check_mode else ""))
-        return " | ".join(parts)
+        parts.append(_what_changed(entry, "taken back", "WOULD TAKE BACK", "nothing of ours left"))
+        restart = _restart(entry, check_mode)
+        return " | ".join(parts + ([restart] if restart else []))
     if entry["status"] != "configured":
         return " | ".join(parts)
     parts.append("detected " + (",".join(entry["runtimes_detected"]) or "-"))
     parts.append("written " + (",".join(entry["written"]) or "-"))
     parts.append("by release " + (",".join(entry["rendered_by_release"]) or "-"))
-    if entry["would_change"]:
-        parts.append("WOULD CHANGE: " + ", ".join("%s %s" % (f["action"], f["path"]) for f in entry["files"]))
-    elif entry["changed"]:
-        parts.append("changed: " + ", ".join("%s %s" % (f["action"], f["path"]) for f in entry["files"]))
+    if entry["would_change"] or entry["changed"]:
+        parts.append(_what_changed(entry, "changed", "WOULD CHANGE", None))
     default = entry["default_runtime"]
     if default:
         parts.append("default runtime %s (%s)" % (default.get("name"), default.get("how")))
     if entry["node_labels"]:
         parts.append("%d node labels" % len(entry["node_labels"]))
-    if entry["restarted"]:
-        parts.append("restarted, verified " + {True: "yes", False: "NO", None: "-"}[entry["verified"]])
-    elif entry["restart_needed"]:
-        parts.append("RESTART NEEDED" + (" (check mode)" if check_mode else ""))
+    restart = _restart(entry, check_mode)
+    if restart:
+        parts.append(restart)
     parts.append("%s mode" % entry["mode"])
     if entry["operator_runtimes"]:
         parts.append("operator runtimes %s (RuntimeClasses of the same names route to them)" % ",".join(entry["operator_runtimes"]))
@@ -115,12 +125,7 @@ def cluster_line(entry, check_mode=False):
         parts.append(str(entry["reason"]))
         return " | ".join(parts)
     parts.append("from %s" % entry["writer"])
-    if entry["would_change"]:
-        parts.append("WOULD CHANGE: " + ", ".join("%s %s" % (f["action"], f["path"]) for f in entry["files"]))
-    elif entry["changed"]:
-        parts.append("changed: " + ", ".join("%s %s" % (f["action"], f["path"]) for f in entry["files"]))
-    else:
-        parts.append("unchanged")
+    parts.append(_what_changed(entry, "changed", "WOULD CHANGE", "unchanged"))
     parts.append("GPU Operator %s" % entry["gpu_operator"] if entry["gpu_operator"] else "no GPU Operator from this collection")
     parts.append("RuntimeClasses %s" % (",".join(entry["runtimeclasses"]) or "none of ours"))
     plugin = entry["device_plugin"]
