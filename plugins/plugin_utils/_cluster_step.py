@@ -257,7 +257,7 @@ def _operator_files(result, plan, operator_settings, paths, prefix, complete):
         result["messages"].append("GPU Operator %s (%s mode) for %s; its RuntimeClasses: creates %s, deletes %s" % (
             plan["chart_version"], plan["operator_mode"], ", ".join(plan["operator_nodes"]),
             ", ".join(plan["runtimeclasses_created"]) or "-", ", ".join(plan["runtimeclasses_deleted"]) or "-"))
-        _chart_archive(result, operator_settings["operator_chart_archive"], plan, paths, prefix)
+        _chart_archive(result, operator_settings.get("operator_chart_archive"), plan, paths, prefix)
     elif complete:
         # k3s/rke2 do not delete the objects of a removed manifest: the README says how to uninstall the chart
         result["files"].append({"path": path, "state": "absent"})
@@ -321,7 +321,7 @@ def _device_plugin_files(result, server, nodes, plugin_settings, operator_wanted
         result["messages"].append("NVIDIA device plugin %s under RuntimeClass %s, device list %s (%s)%s" % (
             plan["chart_version"], plan["runtime_class"], plan["device_list_strategy"], plan["device_list_reason"],
             "; configs %s" % ", ".join(sorted(sharing)) if sharing else ""))
-        _chart_archive(result, plugin_settings["device_plugin_chart_archive"], plan, paths, prefix)
+        _chart_archive(result, plugin_settings.get("device_plugin_chart_archive"), plan, paths, prefix)
     elif complete:
         result["files"].append({"path": path, "state": "absent"})
         result["messages"].append("no device plugin from this collection (%s)" % (
