@@ -60,9 +60,10 @@ class ActionModule(ActionBase):
         found = cluster_step.clusters(self._cluster_of, run_hosts, [h for h in run_hosts if h in active],
                                       list(args.get("pattern_hosts") or []), list(args.get("servers") or []),
                                       args.get("servers_pattern") or "server")
+        partial = " (partial run: nothing removed)"
         result.update(changed=False, clusters=found, hosts=cluster_step.assignments(found, run_hosts),
-                      msg=["cluster %s: written from %s%s" % (c["name"], c["writer"], "" if c["complete"] else
-                                                             " (partial run: nothing removed)") for c in found])
+                      msg=["cluster %s: written from %s%s" % (c["name"], c["writer"], "" if c["complete"] else partial)
+                           for c in found])
         return result
 
     def _read(self, result, task_vars):

@@ -342,9 +342,9 @@ def inspection_lines(cluster, found):
         if entry is None:
             lines.append("%s: %s not there" % (where, name))
         elif "chart" in entry:
-            lines.append("%s: %s - HelmChart %s %s%s" % (where, name, entry["chart"], entry.get("version") or "(archive)",
-                                                        ", runtimeClassName %s" % entry["runtimeClassName"]
-                                                        if entry.get("runtimeClassName") else ""))
+            runs_under = ", runtimeClassName %s" % entry["runtimeClassName"] if entry.get("runtimeClassName") else ""
+            version = entry.get("version") or "(archive)"
+            lines.append("%s: %s - HelmChart %s %s%s" % (where, name, entry["chart"], version, runs_under))
         else:
             lines.append("%s: %s - %s" % (where, name, ", ".join(entry["names"])))
     problems = []

@@ -34,7 +34,7 @@ def test_check_mode_says_would_change_and_restart_needed():
     assert "1 node labels" in text
     assert report["counts"] == {"configured": 1, "changed": 0, "would_change": 1, "restart_needed": 1,
                                 "reboot_required": 0, "cgroup_driver_mismatch": 0,
-                                    "clusters_changed": 0, "clusters_failed": 0}
+                                "clusters_changed": 0, "clusters_failed": 0}
 
 
 def test_a_restarted_host_needs_no_restart():
