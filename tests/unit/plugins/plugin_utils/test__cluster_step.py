@@ -123,10 +123,11 @@ def node(host, handlers, mode="host", cdi=False):
 PLUGIN = {"device_plugin_state": "present", "gpu_sharing": {}, "device_plugin_configs": {}}
 
 
-def decide(nodes, complete=True, objects=(step.GPU_OPERATOR, step.RUNTIMECLASSES), settings=SETTINGS, operator=OPERATOR,
+def decide(nodes, complete=True, objects=(step.GPU_OPERATOR, step.RUNTIMECLASSES), settings=None, operator=None,
            earlier=None, plugin=None):
     cluster = {"name": "a", "writer": "server1", "hosts": [n["host"] for n in nodes], "complete": complete}
-    return step.decide(cluster, server(), nodes, settings, operator, objects, "/srv/node", earlier, plugin_settings=plugin)
+    return step.decide(cluster, server(), nodes, settings or SETTINGS, operator or OPERATOR, objects, "/srv/node", earlier,
+                       plugin_settings=plugin)
 
 
 def test_host_mode_writes_the_missing_classes_and_removes_the_operator_manifest():
