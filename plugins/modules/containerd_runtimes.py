@@ -51,24 +51,13 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.actiongroups
   - ansible.builtin.action_common_attributes.flow
+  - k3s_gpu.nvidia.action_attributes
   # short name on purpose: ansible-doc resolves the FQCN form to the ansible.builtin.files fragment
   - action_common_attributes.files
 attributes:
   action_group:
     support: full
     membership: [k3s_gpu.nvidia.gpu]
-  action:
-    support: full
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    platforms: posix
   safe_file_operations:
     support: full
   vault:

@@ -21,19 +21,10 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
+  - k3s_gpu.nvidia.action_attributes
 attributes:
-  action:
-    support: full
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
-  check_mode:
-    support: full
   diff_mode:
     support: none
-  platform:
-    platforms: posix
 options:
   hosts:
     description: The hosts to summarize, in order.

@@ -25,19 +25,7 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
-attributes:
-  action:
-    support: full
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    platforms: posix
+  - k3s_gpu.nvidia.action_attributes
 options:
   phase:
     description: V(plan) lists the clusters; V(read) reads this GPU node (its NVIDIA handlers) as the role would; V(apply)
