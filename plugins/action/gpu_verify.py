@@ -17,7 +17,8 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as v
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("phase", "classes", "nodes", "wanted", "pods", "logs", "expected", "allocatable"))
+    _VALID_ARGS = frozenset(("phase", "classes", "nodes", "wanted", "namespace", "image", "pods", "logs", "expected",
+                             "allocatable"))
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -27,6 +28,8 @@ class ActionModule(ActionBase):
         if args.get("phase", "choose") == "choose":
             chosen = verify.choose(args.get("classes"), args.get("nodes"), args.get("wanted") or ())
             result.update(chosen)
+            result["pods"] = verify.smoke_pods(chosen, args.get("namespace") or "k3s-gpu-verify",
+                                               args.get("image") or "docker.io/library/ubuntu:24.04")
             message = verify.refusal(chosen)
             if message:
                 result.update(failed=True, msg=message)

@@ -23,19 +23,7 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
-attributes:
-  action:
-    support: full
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    platforms: posix
+  - k3s_gpu.nvidia.action_attributes
 options:
   phase:
     description: V(choose) or V(report).
@@ -54,6 +42,14 @@ options:
     description: V(choose) - the RuntimeClasses to test (empty - every one whose handler starts with C(nvidia)).
     type: list
     elements: str
+  namespace:
+    description: V(choose) - the namespace of the smoke pods.
+    type: str
+    default: k3s-gpu-verify
+  image:
+    description: V(choose) - the smoke pods' image (needs only C(sh) and C(ls); the toolkit mounts C(nvidia-smi) and the libraries).
+    type: str
+    default: docker.io/library/ubuntu:24.04
   pods:
     description: V(report) - the smoke pods.
     type: list
@@ -94,6 +90,14 @@ allocatable:
   description: V(choose) - node name to its allocatable C(nvidia.com/gpu) (time-slicing and MPS replicas included).
   returned: success
   type: dict
+pods:
+  description:
+    - V(choose) - the smoke pods, one per GPU node and RuntimeClass, pinned to the node, with O(image) and the
+      RuntimeClass, asking for one C(nvidia.com/gpu), running C(ls /dev/nvidia*), a look for C(libnvidia-ml.so) and
+      C(nvidia-smi -L).
+  returned: success
+  type: list
+  elements: dict
 lines:
   description: V(report) - one line per pod.
   returned: success
@@ -108,6 +112,7 @@ def main():
     module = AnsibleModule(argument_spec=dict(
         phase=dict(type="str", default="choose", choices=["choose", "report"]), classes=dict(type="list", elements="dict"),
         nodes=dict(type="list", elements="dict"), wanted=dict(type="list", elements="str"),
+        namespace=dict(type="str", default="k3s-gpu-verify"), image=dict(type="str", default="docker.io/library/ubuntu:24.04"),
         pods=dict(type="list", elements="dict"), logs=dict(type="list", elements="dict"), expected=dict(type="int"),
         allocatable=dict(type="dict")), supports_check_mode=True)
     module.fail_json(msg="k3s_gpu.nvidia.gpu_verify runs through its action plugin, inside k3s_gpu.nvidia.verify")

@@ -10,9 +10,16 @@ PRIVATE to the collection."""
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 import yaml
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# /dev/nvidia*, the driver's libraries and nvidia-smi: what the toolkit puts into a pod of an NVIDIA RuntimeClass
+SMOKE_COMMAND = ["sh", "-c", "ls /dev/nvidia* && (ldconfig -p | grep -q libnvidia-ml.so || ls /usr/lib*/*/libnvidia-ml.so*) "
+                 "&& nvidia-smi -L"]
+POD_LABELS = {"app.kubernetes.io/managed-by": "k3s_gpu.nvidia", "k3s-gpu.nvidia/verify": "true"}
 
 
 def _allocatable(node):
@@ -29,6 +36,24 @@ def choose(classes, nodes, wanted=()):
             "gpu_nodes": sorted(name for name, count in allocatable.items() if count not in ("0", "")),
             "allocatable": allocatable,
             "nodes_without_gpu": sorted(name for name, count in allocatable.items() if count in ("0", ""))}
+
+
+def pod_name(node, runtimeclass):
+    """A DNS label: the class, the node's name cut to 30 characters, and a hash that keeps two long node names apart."""
+    cut = re.sub("[^a-z0-9-]", "-", node)[:30]
+    return "gpu-%s-%s-%s" % (runtimeclass, cut, hashlib.sha1(node.encode("utf-8")).hexdigest()[:6])
+
+
+def smoke_pods(chosen, namespace, image):
+    """One pod per GPU node and RuntimeClass, pinned to the node, asking for the class and one nvidia.com/gpu."""
+    return [{"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": pod_name(node, runtimeclass), "namespace": namespace, "labels": dict(POD_LABELS)},
+             "spec": {"nodeName": node, "runtimeClassName": runtimeclass, "restartPolicy": "Never",
+                      "containers": [{"name": "smoke", "image": image, "command": list(SMOKE_COMMAND),
+                                      "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+                                              {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "all"}],
+                                      "resources": {"limits": {GPU_RESOURCE: 1}}}]}}
+            for node in chosen["gpu_nodes"] for runtimeclass in chosen["runtimeclasses"]]
 
 
 def refusal(chosen):

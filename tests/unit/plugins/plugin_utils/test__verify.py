@@ -55,3 +55,22 @@ def test_manifests_read_without_a_cluster():
     assert found["a.yaml"] is None
     assert found["rc.yaml"] == {"kinds": ["RuntimeClass"], "names": ["nvidia-cdi"]}
     assert found["dp.yaml"]["runtimeClassName"] == "nvidia" and found["dp.yaml"]["version"] == "0.20.0"
+
+
+def test_one_smoke_pod_per_gpu_node_and_class_with_a_dns_label_name():
+    long_node = "gpu-node-in-rack-17-of-the-west-datacenter.example.com"
+    chosen = {"gpu_nodes": ["gpu1", long_node], "runtimeclasses": ["nvidia", "nvidia-experimental"]}
+    pods = verify.smoke_pods(chosen, "smoke", "registry.local/ubuntu:24.04")
+    assert [(p["spec"]["nodeName"], p["spec"]["runtimeClassName"]) for p in pods] == [
+        ("gpu1", "nvidia"), ("gpu1", "nvidia-experimental"), (long_node, "nvidia"), (long_node, "nvidia-experimental")]
+    for made in pods:
+        name = made["metadata"]["name"]
+        assert len(name) <= 63 and all(c.isalnum() or c == "-" for c in name), name
+        assert made["metadata"]["namespace"] == "smoke" and made["metadata"]["labels"]["k3s-gpu.nvidia/verify"] == "true"
+        container = made["spec"]["containers"][0]
+        assert container["image"] == "registry.local/ubuntu:24.04" and container["resources"]["limits"] == {"nvidia.com/gpu": 1}
+        assert container["command"][-1].endswith("nvidia-smi -L") and made["spec"]["restartPolicy"] == "Never"
+    assert len(set(p["metadata"]["name"] for p in pods)) == 4
+    # two long names that agree in their first 30 characters stay apart
+    twin = long_node.replace("example", "example2")
+    assert verify.pod_name(long_node, "nvidia") != verify.pod_name(twin, "nvidia")
