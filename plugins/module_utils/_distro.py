@@ -282,6 +282,32 @@ DEVICE_PLUGIN_VERSIONS = {
 # alpha in 1.28 (feature gate off), beta and on by default from 1.29, GA in 1.31.
 DEVICE_PLUGIN_CDI_CRI_KUBERNETES = "1.29"
 
+# --- NVIDIA packages (the gpu_node role's installs) -----------------------------------------------------
+# The container toolkit: every package pinned to one version together (the toolkit pins -base and the tools to
+# its own version, but the tools take any newer libnvidia-container1). The operator extensions are the only
+# package with the .cdi and .legacy runtimes.
+TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
+                    "libnvidia-container1")
+TOOLKIT_OPERATOR_EXTENSIONS = "nvidia-container-toolkit-operator-extensions"
+# The driver from NVIDIA's CUDA repository, compute-only (no X server or desktop parts): OS key
+# ("<family>-<major>", RHEL rebuilds count as RedHat) -> the repository's OS directory, and the machine -> its arch
+# directory (https://developer.download.nvidia.com/compute/cuda/repos/<os>/<arch>).
+CUDA_REPO_URL = "https://developer.download.nvidia.com/compute/cuda/repos"
+CUDA_REPO_OS = {"Ubuntu-22": "ubuntu2204", "Ubuntu-24": "ubuntu2404", "Debian-12": "debian12", "RedHat-8": "rhel8",
+                "RedHat-9": "rhel9"}
+CUDA_REPO_ARCH = {"x86_64": "x86_64", "aarch64": "sbsa"}
+REDHAT_REBUILDS = ("RedHat", "Rocky", "AlmaLinux")
+# NVIDIA's CUDA repository keys, next to the packages: 3bf863cc for Debian/Ubuntu, D42D0685 for RHEL
+CUDA_REPO_KEYS = {"apt": ("3bf863cc.pub", "EB693B3035CD5710E231E123A4B469963BF863CC"),
+                  "dnf": ("D42D0685.pub", "610C7B14E068A878070DA4E99CD0A493D42D0685")}
+# Ubuntu drops the branch from the driver's package names from this branch on, and selects the branch with
+# nvidia-driver-pinning-<branch> as Debian always does; RHEL 8/9 select it with a dnf module stream.
+UBUNTU_UNBRANCHED_DRIVER_FROM = 590
+NOUVEAU_BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
+NOUVEAU_BLACKLIST_HEADER = "# written by k3s_gpu.nvidia.gpu_node: the NVIDIA driver needs the GPUs"
+# where apt and dnf expect locally managed keys
+KEYRING_DIRS = {"apt": "/etc/apt/keyrings", "dnf": "/etc/pki/rpm-gpg"}
+
 # --- helm-controller (the HelmChart custom resource) -------------------------------------------------
 # The k3s-io/helm-controller version each release compiles in (rke2 go.mod at each tag; k3s's release
 # notes agree where both list it): line -> ((first release, version), ...). Source and the CRD schemas:

@@ -9,6 +9,7 @@ PRIVATE to the collection."""
 
 from __future__ import annotations
 
+import posixpath
 import re
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
@@ -67,10 +68,20 @@ DEVICE_PLUGIN_SETTINGS = (("device_plugin_chart_version", "chart_version"), ("de
                           ("device_plugin_configs", "configs"))
 
 
+# the role variables of the device plugin, as the host step (node labels) and the cluster step (HelmChart) read them
+DEVICE_PLUGIN_VARS = ("gpu_node_device_plugin_state", "gpu_node_device_plugin_config") + tuple(
+    "gpu_node_" + name for name, _ours in DEVICE_PLUGIN_SETTINGS)
+
+
+def chart_archive_name(path):
+    """A chart archive on the controller as the server serves it: by its file name (static/charts/<name>)."""
+    return posixpath.basename(path or "")
+
+
 def device_plugin_settings(settings):
     """_device_plugin's settings from the role's variables (the chart archive by its file name, as it is served)."""
     converted = dict((ours, settings[name]) for name, ours in DEVICE_PLUGIN_SETTINGS if name in settings)
-    converted["chart_archive"] = (converted.get("chart_archive") or "").rsplit("/", 1)[-1]
+    converted["chart_archive"] = chart_archive_name(converted.get("chart_archive"))
     converted["sharing"] = converted.get("sharing") or None
     return converted
 
@@ -143,15 +154,23 @@ def cdi_spec_changes(info, settings):
 
 def plan_absent(info, settings, host):
     """gpu_node_state=absent: the plan that takes back what the collection wrote on the host, on every host (a GPU
-    is not needed to take files back). The packages go only with gpu_node_absent_remove_toolkit, on a real root."""
+    is not needed to take files back). The packages go only with gpu_node_absent_remove_toolkit /
+    gpu_node_absent_remove_driver, on a real root."""
     who = host or "this host"
     live = settings["root"] in ("/", "")
     remove_toolkit = bool(settings["absent_remove_toolkit"]) and live
+    # the GPU Operator's driver container has no host packages to remove
+    remove_driver = bool(settings.get("absent_remove_driver")) and live and not info["gpu_operator"].get("driver_container")
     messages = []
-    if settings["absent_remove_toolkit"] and not live:
-        messages.append("%s: the NVIDIA container toolkit packages are not removed (gpu_node_root is a sandbox tree)." % who)
+    for wanted, what in ((settings["absent_remove_toolkit"], "NVIDIA container toolkit"),
+                         (settings.get("absent_remove_driver"), "NVIDIA driver")):
+        if wanted and not live:
+            messages.append("%s: the %s packages are not removed (gpu_node_root is a sandbox tree)." % (who, what))
+    if settings.get("absent_remove_driver") and live and not remove_driver:
+        messages.append("%s: the NVIDIA driver is not removed: the GPU Operator's driver container owns it." % who)
     mode = {"mode": settings["mode"], "state": "absent", "install_toolkit": False, "remove_host_toolkit": remove_toolkit,
-            "remove_toolkit_source": remove_toolkit, "remove_operator_leftovers": False, "install_driver": False,
+            "remove_toolkit_source": remove_toolkit, "remove_driver": remove_driver, "remove_operator_leftovers": False,
+            "install_driver": False,
             "generate_cdi": False, "default_runtime": "", "pending": [],
             "owners": dict((r["name"], r["owner"]) for r in info["runtimes"]), "operator_handlers": []}
     result = {
