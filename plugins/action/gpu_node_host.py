@@ -11,7 +11,10 @@ means false; a refusal is one message that names the user's variables, never a f
 
 from __future__ import annotations
 
+import time
+
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
@@ -19,6 +22,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _restart as restart
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
 
 display = Display()
@@ -28,19 +32,23 @@ READ_VARS = ("gpu_node_root", "gpu_node_distribution", "gpu_node_release", "gpu_
 PLAN_VARS = ("gpu_node_force", "gpu_node_mode", "gpu_node_operator_toolkit", "gpu_node_operator_driver",
              "gpu_node_toolkit_install", "gpu_node_driver_install", "gpu_node_driver_reboot", "gpu_node_default_runtime",
              "gpu_node_remove_operator_leftovers", "gpu_node_cdi_generate", "gpu_node_cdi_spec_path", "gpu_node_state",
-             "gpu_node_absent_remove_toolkit")
+             "gpu_node_absent_remove_toolkit", "gpu_node_absent_remove_driver")
 CONFIGURE_VARS = ("gpu_node_runtimes", "gpu_node_enable_cdi", "gpu_node_handler_labels", "gpu_node_backup",
                   "gpu_node_target_release")
+# the upgrade_check playbook: the node as the role reads it, and the release it is about to get
+UPGRADE_CHECK_VARS = READ_VARS + ("gpu_node_runtimes", "gpu_node_target_release")
+# the handler: restart, verify, roll back
+RESTART_VARS = READ_VARS + ("gpu_node_restart", "gpu_node_restart_timeout_seconds", "gpu_node_restart_settle_seconds")
+# gpu_node_result's keys that belong to the task that registered it, not to the result
+TASK_KEYS = ("changed", "failed", "msg", "warnings", "deprecations", "diff", "skipped", "invocation")
 # the device plugin's node labels are written with the containerd step (config.yaml.d)
-DEVICE_PLUGIN_VARS = ("gpu_node_device_plugin_state", "gpu_node_device_plugin_config", "gpu_node_gpu_sharing",
-                      "gpu_node_device_plugin_configs", "gpu_node_device_plugin_chart_version",
-                      "gpu_node_device_plugin_mig_strategy")
+DEVICE_PLUGIN_VARS = host_step.DEVICE_PLUGIN_VARS
 
 
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("phase", "node_facts", "plan"))
+    _VALID_ARGS = frozenset(("phase", "node_facts", "plan", "fail"))
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -52,7 +60,8 @@ class ActionModule(ActionBase):
             # every variable of the role in the plan phase: the site playbook imports the role without Ansible's own
             # validation task (rolespec_validate: false), one task per host less
             settings = role_vars.read(task_vars, self._templar.template,
-                                      None if phase == "plan" else READ_VARS + PLAN_VARS + CONFIGURE_VARS + DEVICE_PLUGIN_VARS)
+                                      None if phase == "plan" else UPGRADE_CHECK_VARS if phase == "upgrade_check"
+                                      else RESTART_VARS if phase == "restart" else READ_VARS + PLAN_VARS + CONFIGURE_VARS + DEVICE_PLUGIN_VARS)
         except role_vars.RoleVarsError as exc:
             return host_step.failed(result, "%s: %s. Nothing was changed." % (task_vars.get("inventory_hostname"), exc))
         warnings = result.setdefault("warnings", [])
@@ -67,6 +76,10 @@ class ActionModule(ActionBase):
                 return self._plan(result, settings, task_vars, execute_module)
             if phase == "reread":
                 return self._reread(result, settings, args["node_facts"], args["plan"], execute_module)
+            if phase == "restart":
+                return self._restart(result, settings, task_vars, execute_module)
+            if phase == "upgrade_check":
+                return self._upgrade_check(result, settings, boolean(args.get("fail", True), strict=False), execute_module)
             result["reboot_required"] = bool(self._templar.template(task_vars.get("gpu_node_reboot_required", False)))
             return self._configure(result, settings, args["node_facts"], args["plan"], execute_module)
         finally:
@@ -89,7 +102,8 @@ class ActionModule(ActionBase):
         result["warnings"].extend(info.pop("warnings", None) or [])
         plan_settings = dict((k, settings[k]) for k in (
             "force", "root", "mode", "operator_toolkit", "operator_driver", "toolkit_install", "driver_install",
-            "driver_reboot", "default_runtime", "remove_operator_leftovers", "state", "absent_remove_toolkit"))
+            "driver_reboot", "default_runtime", "remove_operator_leftovers", "state", "absent_remove_toolkit",
+            "absent_remove_driver"))
         plan_settings["local_connection"] = task_vars.get("ansible_connection", "ssh") == "local"
         try:
             plan = host_step.plan_host(info, plan_settings, host)
@@ -102,7 +116,8 @@ class ActionModule(ActionBase):
         mode = plan["mode"]
         cdi = host_step.cdi_due(info, plan, settings)
         due = plan["selected"] and bool(mode.get("install_driver") or mode.get("install_toolkit")
-                                        or mode.get("remove_host_toolkit") or mode.get("remove_operator_leftovers") or cdi)
+                                        or mode.get("remove_host_toolkit") or mode.get("remove_driver")
+                                        or mode.get("remove_operator_leftovers") or cdi)
         result.update(_info=info, _plan=plan, install_due=due, cdi_due=cdi, _cdi_marker=host_step.cdi_marker(settings))
         if not plan["selected"] or due:
             result.update(host_step.node_result(plan, info, None))
@@ -163,3 +178,98 @@ class ActionModule(ActionBase):
             host_step.failed(result, "%s: %s" % (self._host, host_step.in_role_terms(runtimes.get("msg"))))
             result["changed"] = changed  # files written before a failed write stay written
         return result
+
+    def _upgrade_check(self, result, settings, fail, execute_module):
+        """Read-only: render the node's template for gpu_node_target_release (check mode, nothing is written), as the
+        node is and once the toolkit is installed; report it, and fail a node that breaks there or is refused now."""
+        host, target = self._host, settings["target_release"]
+        if not target:
+            return host_step.failed(result, "Set gpu_node_target_release to the k3s or rke2 release the nodes are about to "
+                                            "get (for example v1.35.3+k3s1 or v1.35.3+rke2r1). Nothing was checked.")
+        read = dict(root=settings["root"], distribution=settings["distribution"], release=settings["release"] or None,
+                    newer_release=settings["newer_release"], data_dir=settings["data_dir"] or None,
+                    toolkit_dirs=settings["toolkit_dirs"])
+        info = configure.read_node(execute_module, read)
+        if info.get("failed"):
+            message = host_step.in_role_terms(info.get("msg")).rstrip(".")
+            return host_step.failed(result, "%s: %s. Nothing was checked." % (host, message))
+        result["warnings"].extend(info.pop("warnings", None) or [])
+        if info["distribution"] not in (distro.K3S, distro.RKE2):
+            result.update(skipped=True, msg="%s: %s has no k3s/rke2 template to check" % (host, info["distribution"]))
+            return result
+        params = dict(root=settings["root"], distribution=info["distribution"], release=info["release"],
+                      newer_release=settings["newer_release"], data_dir=settings["data_dir"] or None,
+                      toolkit_dirs=settings["toolkit_dirs"], runtimes=settings["runtimes"] or None, target_release=target,
+                      node_facts=info)
+        checked = configure.run({}, ArgumentSpecValidator(configure.SPEC).validate(params).validated_parameters,
+                                execute_module, False)
+        result["warnings"].extend(checked.pop("warnings", None) or [])
+        refused = checked.get("msg") if checked.get("failed") else ""
+        report = dict(node=host, release="%s -> %s" % (info["release"], target), refused_now=refused,
+                      breaks_on_target=checked.get("upgrade_findings") or [],
+                      warnings_now=[f for f in checked.get("template_findings") or [] if f.get("when") != "upgrade"])
+        result.update(changed=False, report=report)
+        problems = list(checked.get("upgrade_messages") or []) + ([refused] if refused else [])
+        display.display("%s: %s: %s" % (host, report["release"], "; ".join(problems) if problems else
+                                        "the template renders and loads on the target release"))
+        if fail and problems:
+            host_step.failed(result, "%s: %s. Nothing was changed." % (host, "; ".join(problems)))
+        return result
+
+    def _restart(self, result, settings, task_vars, execute_module):
+        """The handler: restart the service once after a change to a file it reads at start, verify it, and roll back
+        (and fail the host) when it is not healthy. Returns gpu_node_result with restarted and verified."""
+        node = self._templar.template(task_vars.get("gpu_node_result") or {})
+        info, runtimes = node.get("_info") or {}, node.get("_runtimes") or {}
+        result.update((k, v) for k, v in node.items() if k not in TASK_KEYS and not k.startswith("_ansible"))
+        units = info.get("units") or []
+        reason = restart.why_not(bool(self._task.check_mode), settings["restart"], (node.get("_plan") or {}).get("live"), units)
+        if reason:
+            display.display("%s: the containerd configuration changed; restart %s to apply it (%s)." % (
+                self._host, units[0] if units else info.get("distribution"), reason))
+            result["changed"] = bool(node.get("changed"))  # what the host step changed, for the summary
+            return result
+        unit = units[0]
+
+        def systemd(state=None):
+            args = {"name": unit}
+            if state:
+                args["state"] = state
+            return execute_module("ansible.builtin.systemd_service", args)
+
+        restarted = systemd("restarted")
+        if restarted.get("failed"):
+            return host_step.failed(result, "%s: restarting %s failed: %s" % (self._host, unit, restarted.get("msg")))
+        result["changed"] = True
+        timeout, settle = settings["restart_timeout_seconds"], settings["restart_settle_seconds"]
+        first = restart.unit_state(systemd().get("status"))
+        for _attempt in range(int(timeout / 2)):
+            if first[0] == "active":
+                break
+            time.sleep(2)
+            first = restart.unit_state(systemd().get("status"))
+        if first[0] == "active":
+            time.sleep(settle)  # longer than the unit's restart delay: a crash loop shows as a restart
+        second = restart.unit_state(systemd().get("status"))
+        read = dict(root=settings["root"], distribution=info.get("distribution"), release=info.get("release"),
+                    newer_release=settings["newer_release"], data_dir=settings["data_dir"] or None,
+                    toolkit_dirs=settings["toolkit_dirs"])
+        after = configure.read_node(execute_module, read)
+        found = restart.problems(unit, first, second, restart.expected_runtimes(runtimes), after.get("loaded_config"),
+                                 timeout, settle)
+        result.update(restarted=True, verified=not found)
+        if found:
+            self._roll_back(result, runtimes, unit, found, execute_module)
+        return result
+
+    def _roll_back(self, result, runtimes, unit, found, execute_module):
+        journal = execute_module("ansible.builtin.command", {"argv": [
+            "journalctl", "--unit", unit, "--lines", str(restart.JOURNAL_LINES), "--no-pager", "--output", "cat"]})
+        created, restored = restart.rollback(runtimes.get("files") or [])
+        for path in created:
+            execute_module("ansible.builtin.file", {"path": path, "state": "absent"})
+        for backup, path in restored:
+            execute_module("ansible.builtin.copy", {"src": backup, "dest": path, "remote_src": True, "mode": "preserve"})
+        execute_module("ansible.builtin.systemd_service", {"name": unit, "state": "restarted"})
+        host_step.failed(result, restart.failure(self._host, found, unit, journal.get("stdout_lines") or []))
+        result["changed"] = True

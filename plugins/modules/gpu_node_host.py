@@ -24,27 +24,24 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
-attributes:
-  action:
-    support: full
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    platforms: posix
+  - k3s_gpu.nvidia.action_attributes
 options:
   phase:
     description:
       - V(plan) reads, decides and configures when nothing is due to be installed; V(reread) reads the node again after
         the role's installs and decides whether the CDI spec is due; V(configure) configures from O(node_facts) and O(plan).
+      - V(restart) (the role's handler) restarts the k3s/rke2/containerd unit, verifies it (active, stable past
+        C(gpu_node_restart_settle_seconds), every expected runtime table in the loaded config) and rolls back and fails
+        when it is not healthy; it returns C(gpu_node_result) with C(restarted) and C(verified).
+      - V(upgrade_check) (the k3s_gpu.nvidia.upgrade_check playbook, in check mode) renders the node's template for
+        C(gpu_node_target_release), reports it and fails the node when it breaks there or is refused now (O(fail)).
     type: str
     default: plan
-    choices: [plan, reread, configure]
+    choices: [plan, reread, configure, restart, upgrade_check]
+  fail:
+    description: O(phase=upgrade_check) - fail a node whose template breaks on the target release or is refused now.
+    type: bool
+    default: true
   node_facts:
     description: The reading of the earlier phase (O(phase=reread), O(phase=configure)).
     type: dict
@@ -80,9 +77,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(phase=dict(type="str", default="plan", choices=["plan", "reread", "configure"]),
-                                              node_facts=dict(type="dict"), plan=dict(type="dict")),
-                           supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dict(
+        phase=dict(type="str", default="plan", choices=["plan", "reread", "configure", "restart", "upgrade_check"]),
+        node_facts=dict(type="dict"), plan=dict(type="dict"), fail=dict(type="bool", default=True)), supports_check_mode=True)
     module.fail_json(msg="k3s_gpu.nvidia.gpu_node_host runs through its action plugin, inside the role k3s_gpu.nvidia.gpu_node")
 
 

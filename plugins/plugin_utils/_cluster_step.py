@@ -15,7 +15,6 @@ PRIVATE to the collection."""
 
 from __future__ import annotations
 
-import posixpath
 
 import yaml
 
@@ -54,7 +53,7 @@ OPERATOR_VARS = ("gpu_node_operator_state", "gpu_node_operator_chart_version", "
                  "gpu_node_operator_chart_archive", "gpu_node_operator_namespace", "gpu_node_operator_cdi",
                  "gpu_node_operator_driver", "gpu_node_operator_toolkit", "gpu_node_operator_values",
                  "gpu_node_operator_helmchart_spec")
-DEVICE_PLUGIN_VARS = ("gpu_node_device_plugin_state",) + tuple("gpu_node_" + name for name, _ours in host_step.DEVICE_PLUGIN_SETTINGS)
+DEVICE_PLUGIN_VARS = host_step.DEVICE_PLUGIN_VARS
 SERVER_VARS = ("gpu_node_root", "gpu_node_distribution", "gpu_node_release", "gpu_node_newer_release", "gpu_node_data_dir")
 NODE_VARS = ("gpu_node_mode", "gpu_node_driver_install")
 
@@ -233,7 +232,7 @@ def _plan_settings(operator_settings):
     """The role's gpu_node_operator_* variables (read without the gpu_node_ prefix) as _gpu_operator.plan_cluster takes them."""
     setting = dict((name[len("operator_"):], value) for name, value in operator_settings.items() if name.startswith("operator_"))
     return {"chart_version": setting.get("chart_version") or "", "chart_repo": setting.get("chart_repo") or "",
-            "chart_archive": posixpath.basename(setting.get("chart_archive") or ""), "namespace": setting.get("namespace"),
+            "chart_archive": host_step.chart_archive_name(setting.get("chart_archive")), "namespace": setting.get("namespace"),
             "cdi": setting.get("cdi"), "driver": setting.get("driver"), "toolkit": setting.get("toolkit"),
             "values": setting.get("values") or {}, "helmchart_spec": setting.get("helmchart_spec") or {}}
 
