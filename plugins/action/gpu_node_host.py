@@ -45,6 +45,18 @@ TASK_KEYS = ("changed", "failed", "msg", "warnings", "deprecations", "diff", "sk
 DEVICE_PLUGIN_VARS = host_step.DEVICE_PLUGIN_VARS
 
 
+def _read_node(execute_module, settings, distribution, release):
+    """runtime_info's reading of the node with the role's node settings."""
+    return configure.read_node(execute_module, dict(
+        root=settings["root"], distribution=distribution, release=release or None, newer_release=settings["newer_release"],
+        data_dir=settings["data_dir"] or None, toolkit_dirs=settings["toolkit_dirs"]))
+
+
+def _reading_failed(result, host, reading, ending):
+    """A failed reading as the role reports it: the module's message in the role's variable names."""
+    return host_step.failed(result, "%s: %s%s" % (host, host_step.in_role_terms(reading.get("msg")).rstrip("."), ending))
+
+
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
@@ -92,13 +104,9 @@ class ActionModule(ActionBase):
             if found and settings["distribution"] in ("auto", found[2]):
                 settings = dict(settings, release=found[1], distribution=found[2])
                 result["release_from"] = found[0]
-        read = dict(root=settings["root"], distribution=settings["distribution"], release=settings["release"] or None,
-                    newer_release=settings["newer_release"], data_dir=settings["data_dir"] or None,
-                    toolkit_dirs=settings["toolkit_dirs"])
-        info = configure.read_node(execute_module, read)
+        info = _read_node(execute_module, settings, settings["distribution"], settings["release"] or None)
         if info.get("failed"):
-            message = host_step.in_role_terms(info.get("msg")).rstrip(".")
-            return host_step.failed(result, "%s: %s. Nothing was changed." % (host, message))
+            return _reading_failed(result, host, info, ". Nothing was changed.")
         result["warnings"].extend(info.pop("warnings", None) or [])
         plan_settings = dict((k, settings[k]) for k in (
             "force", "root", "mode", "operator_toolkit", "operator_driver", "toolkit_install", "driver_install",
@@ -126,10 +134,7 @@ class ActionModule(ActionBase):
 
     def _reread(self, result, settings, info, plan, execute_module):
         """After the installs: the node as it is now (runtimes, nvidia-ctk, driver), and whether the CDI spec is due."""
-        read = dict(root=settings["root"], distribution=info["distribution"], release=info["release"],
-                    newer_release=settings["newer_release"], data_dir=settings["data_dir"] or None,
-                    toolkit_dirs=settings["toolkit_dirs"])
-        fresh = configure.read_node(execute_module, read)
+        fresh = _read_node(execute_module, settings, info["distribution"], info["release"])
         if fresh.get("failed"):
             message = host_step.in_role_terms(fresh.get("msg")).rstrip(".")
             return host_step.failed(result, "%s: reading the node after the installs failed: %s" % (self._host, message))
@@ -186,13 +191,9 @@ class ActionModule(ActionBase):
         if not target:
             return host_step.failed(result, "Set gpu_node_target_release to the k3s or rke2 release the nodes are about to "
                                             "get (for example v1.35.3+k3s1 or v1.35.3+rke2r1). Nothing was checked.")
-        read = dict(root=settings["root"], distribution=settings["distribution"], release=settings["release"] or None,
-                    newer_release=settings["newer_release"], data_dir=settings["data_dir"] or None,
-                    toolkit_dirs=settings["toolkit_dirs"])
-        info = configure.read_node(execute_module, read)
+        info = _read_node(execute_module, settings, settings["distribution"], settings["release"] or None)
         if info.get("failed"):
-            message = host_step.in_role_terms(info.get("msg")).rstrip(".")
-            return host_step.failed(result, "%s: %s. Nothing was checked." % (host, message))
+            return _reading_failed(result, host, info, ". Nothing was checked.")
         result["warnings"].extend(info.pop("warnings", None) or [])
         if info["distribution"] not in (distro.K3S, distro.RKE2):
             result.update(skipped=True, msg="%s: %s has no k3s/rke2 template to check" % (host, info["distribution"]))
@@ -251,10 +252,7 @@ class ActionModule(ActionBase):
         if first[0] == "active":
             time.sleep(settle)  # longer than the unit's restart delay: a crash loop shows as a restart
         second = restart.unit_state(systemd().get("status"))
-        read = dict(root=settings["root"], distribution=info.get("distribution"), release=info.get("release"),
-                    newer_release=settings["newer_release"], data_dir=settings["data_dir"] or None,
-                    toolkit_dirs=settings["toolkit_dirs"])
-        after = configure.read_node(execute_module, read)
+        after = _read_node(execute_module, settings, info.get("distribution"), info.get("release"))
         found = restart.problems(unit, first, second, restart.expected_runtimes(runtimes), after.get("loaded_config"),
                                  timeout, settle)
         result.update(restarted=True, verified=not found)
