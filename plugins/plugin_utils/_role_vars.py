@@ -48,10 +48,15 @@ def _argument_spec(options):
 def _load():
     if not _SPECS:
         with open(SPEC_FILE, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
+            data = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: 10x faster
         for name, entry in data["argument_specs"].items():
             _SPECS[name] = _argument_spec(entry.get("options") or {})
     return _SPECS
+
+
+# Read when the controller imports the role's action plugins (the strategy does, before it forks a worker per host and
+# task), so that every worker inherits the specs instead of parsing the file again.
+_load()
 
 
 def role_spec(entry_point="main"):
