@@ -26,13 +26,12 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
-import posixpath
 import re
 
 from collections.abc import Mapping
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _manifest_yaml as manifest_yaml
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _helmchart as helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
 
 MODE_HOST = "host"
@@ -43,14 +42,8 @@ MODES = (MODE_HOST, MODE_OPERATOR)
 MANAGED_BY_LABEL = runtimeclasses.MANAGED_BY_LABEL
 MANAGED_BY = runtimeclasses.MANAGED_BY
 
-HELMCHART_API_VERSION = "helm.cattle.io/v1"
-HELMCHART_KIND = "HelmChart"
-# HelmChart objects live in kube-system by k3s convention; the chart installs into target_namespace.
-HELMCHART_NAMESPACE = "kube-system"
 HELMCHART_NAME = "gpu-operator"
 MANIFEST_FILE = "k3s-gpu-nvidia-gpu-operator.yaml"
-# Where a k3s/rke2 server serves chart archives to helm-controller (air-gapped sites), below its data dir.
-STATIC_CHARTS_URL = "https://%{KUBERNETES_API}%/static/charts/"
 
 # k3s and rke2 both run containerd at this socket; the operator's toolkit signals containerd there.
 K3S_CONTAINERD_SOCKET = "/run/k3s/containerd/containerd.sock"
@@ -453,13 +446,6 @@ _SPEC_OWNED = {
 }
 
 
-def values_text(values):
-    """The chart values as YAML text (HelmChart valuesContent), byte-stable."""
-    lines = []
-    manifest_yaml.mapping_lines(values, 0, (), lines)
-    return "\n".join(lines) + "\n"
-
-
 def plan_cluster(cluster, settings, nodes):
     """The GPU Operator objects of one cluster.
 
@@ -494,27 +480,13 @@ def plan_cluster(cluster, settings, nodes):
         return result
     _check_spec(checked["helmchart_spec"], profile)
     values = _values(checked, _resolve_driver(checked, operator_nodes), cluster["paths"])
-    spec = dict(checked["helmchart_spec"])
-    if checked["chart_archive"]:
-        spec["chart"] = STATIC_CHARTS_URL + checked["chart_archive"]
-        result["chart_archive_path"] = posixpath.join(cluster["paths"]["static_charts_dir"], checked["chart_archive"])
-    else:
-        spec.update({"chart": distro.GPU_OPERATOR_CHART["name"], "repo": checked["chart_repo"],
-                     "version": checked["chart_version"]})
-    spec["targetNamespace"] = checked["namespace"]
-    spec["valuesContent"] = values_text(values)
-    # in the base field set of every helm-controller this collection knows
-    spec["createNamespace"] = True
-    result["objects"] = [{"apiVersion": HELMCHART_API_VERSION, "kind": HELMCHART_KIND,
-                          "metadata": {"name": HELMCHART_NAME, "namespace": HELMCHART_NAMESPACE,
-                                       "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
-                          "spec": spec}]
+    chart_object, result["chart_archive_path"] = helmchart.helmchart(
+        HELMCHART_NAME, {"name": distro.GPU_OPERATOR_CHART["name"], "repo": checked["chart_repo"],
+                         "version": checked["chart_version"], "archive": checked["chart_archive"]},
+        values, checked["namespace"], cluster["paths"]["static_charts_dir"], extra_spec=checked["helmchart_spec"])
+    result["objects"] = [chart_object]
     result["values"] = values
     return result
-
-
-_KEY_ORDER = ("apiVersion", "kind", "metadata", "name", "namespace", "labels", "spec", "chart", "repo", "version",
-              "targetNamespace", "createNamespace")
 
 
 def render_manifest(plan):
@@ -522,10 +494,10 @@ def render_manifest(plan):
     if not plan.get("objects"):
         raise GpuOperatorPlanError("no GPU Operator objects to render (no node of the cluster is in operator mode); "
                                    "remove the manifest instead")
-    return manifest_yaml.render_documents(
+    return helmchart.render(
         "Managed by %s; edits are overwritten. NVIDIA GPU Operator %s (%s mode) for k3s/rke2." % (
             MANAGED_BY, plan["chart_version"], plan["operator_mode"]),
-        plan["objects"], _KEY_ORDER)
+        plan["objects"])
 
 
 # --- the role's first decision, in one call --------------------------------------------------------

@@ -25,7 +25,6 @@ allowed values) are `_distro`'s DEVICE_PLUGIN_* table; their sources are in docs
 from __future__ import annotations
 
 import difflib
-import posixpath
 import re
 
 from collections.abc import Mapping
@@ -33,20 +32,15 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _helmchart as helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _manifest_yaml as manifest_yaml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
 
-HELMCHART_API_VERSION = "helm.cattle.io/v1"
-HELMCHART_KIND = "HelmChart"
-# HelmChart objects live in kube-system by k3s convention; the chart installs into the namespace setting.
-HELMCHART_NAMESPACE = "kube-system"
 # Also the Helm release name: it contains the chart name, so the chart names its objects
 # nvidia-device-plugin, nvidia-device-plugin-configs, ... (templates/_helpers.tpl fullname).
 HELMCHART_NAME = "nvidia-device-plugin"
 MANIFEST_FILE = "k3s-gpu-nvidia-device-plugin.yaml"
 DEFAULT_NAMESPACE = "nvidia-device-plugin"
-# Where a k3s/rke2 server serves chart archives to helm-controller (air-gapped sites).
-STATIC_CHARTS_URL = "https://%{KUBERNETES_API}%/static/charts/"
 
 # The label that places the plugin: the role's GPU nodes get it, the chart's affinity matches only it.
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
@@ -507,13 +501,6 @@ def chart_values(settings, runtime_class, device_list_strategy, nodes):
     return values
 
 
-def values_text(values):
-    """The chart values as YAML text (HelmChart valuesContent), byte-stable."""
-    lines = []
-    manifest_yaml.mapping_lines(values, 0, (), lines)
-    return "\n".join(lines) + "\n"
-
-
 def plan_cluster(cluster, settings, nodes, runtimeclasses_available):
     """The device-plugin objects of one cluster in host mode.
 
@@ -542,30 +529,16 @@ def plan_cluster(cluster, settings, nodes, runtimeclasses_available):
     runtime_class = choose_runtime_class(runtimeclasses_available, checked_nodes, checked["runtime_class"])
     strategy, reason = choose_device_list_strategy(checked_nodes, profile, checked["device_list_strategy"], chart)
     values = chart_values(checked, runtime_class, strategy, checked_nodes)
-    spec = {}
-    if checked["chart_archive"]:
-        spec["chart"] = STATIC_CHARTS_URL + checked["chart_archive"]
-        result["chart_archive_path"] = posixpath.join(cluster["paths"]["static_charts_dir"], checked["chart_archive"])
-    else:
-        spec.update({"chart": distro.DEVICE_PLUGIN_CHART["name"], "repo": checked["chart_repo"],
-                     "version": chart["version"]})
-    spec["targetNamespace"] = checked["namespace"]
-    # in the base field set of every helm-controller this collection knows
-    spec["createNamespace"] = True
-    spec["valuesContent"] = values_text(values)
+    chart_object, result["chart_archive_path"] = helmchart.helmchart(
+        HELMCHART_NAME, {"name": distro.DEVICE_PLUGIN_CHART["name"], "repo": checked["chart_repo"],
+                         "version": chart["version"], "archive": checked["chart_archive"]},
+        values, checked["namespace"], cluster["paths"]["static_charts_dir"])
     result.update({
-        "objects": [{"apiVersion": HELMCHART_API_VERSION, "kind": HELMCHART_KIND,
-                     "metadata": {"name": HELMCHART_NAME, "namespace": HELMCHART_NAMESPACE,
-                                  "labels": {runtimeclasses.MANAGED_BY_LABEL: runtimeclasses.MANAGED_BY}},
-                     "spec": spec}],
+        "objects": [chart_object],
         "values": values, "runtime_class": runtime_class, "device_list_strategy": strategy,
         "device_list_reason": reason, "configs": sorted(values.get("config", {}).get("map", {})),
     })
     return result
-
-
-_KEY_ORDER = ("apiVersion", "kind", "metadata", "name", "namespace", "labels", "spec", "chart", "repo", "version",
-              "targetNamespace", "createNamespace")
 
 
 def render_manifest(plan):
@@ -573,7 +546,7 @@ def render_manifest(plan):
     if not plan.get("objects"):
         raise DevicePluginPlanError("no device-plugin objects to render (the cluster has no host-mode GPU node); "
                                     "remove the manifest instead.")
-    return manifest_yaml.render_documents(
+    return helmchart.render(
         "Managed by %s; edits are overwritten. NVIDIA device plugin %s for k3s/rke2 (host mode)." % (
             runtimeclasses.MANAGED_BY, plan["chart_version"]),
-        plan["objects"], _KEY_ORDER)
+        plan["objects"])
