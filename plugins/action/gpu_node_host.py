@@ -223,12 +223,14 @@ class ActionModule(ActionBase):
         node = self._templar.template(task_vars.get("gpu_node_result") or {})
         info, runtimes = node.get("_info") or {}, node.get("_runtimes") or {}
         result.update((k, v) for k, v in node.items() if k not in TASK_KEYS and not k.startswith("_ansible"))
+        # what the host step changed, for the summary: this task's own `changed` is the restart only
+        result["host_changed"] = bool(node.get("host_changed", node.get("changed")))
         units = info.get("units") or []
         reason = restart.why_not(bool(self._task.check_mode), settings["restart"], (node.get("_plan") or {}).get("live"), units)
         if reason:
             display.display("%s: the containerd configuration changed; restart %s to apply it (%s)." % (
                 self._host, units[0] if units else info.get("distribution"), reason))
-            result["changed"] = bool(node.get("changed"))  # what the host step changed, for the summary
+            result["changed"] = False
             return result
         unit = units[0]
 

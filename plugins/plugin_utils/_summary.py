@@ -17,7 +17,8 @@ def row(host, result, check_mode=False):
     result = result if isinstance(result, dict) else {}
     failed = bool(result.get("failed")) or "status" not in result
     status = ("failed" if result.get("failed") else "failed or unreachable") if failed else result["status"]
-    changed = bool(result.get("changed")) and not failed
+    # host_changed: set by the restart handler, whose own `changed` is the restart
+    changed = bool(result.get("host_changed", result.get("changed"))) and not failed
     restarted = bool(result.get("restarted"))
     entry = {
         "host": host, "status": status, "reason": result.get("reason") or result.get("msg") or "",

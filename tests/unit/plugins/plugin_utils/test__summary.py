@@ -104,3 +104,13 @@ def test_a_failed_cluster_says_why():
     report = summary.summarize([], clusters=[failed])
     assert report["lines"] == ["cluster default: FAILED | cluster default (written from server1): one cluster, two modes"]
     assert report["counts"]["clusters_failed"] == 1
+
+
+def test_a_result_registered_by_the_restart_handler_keeps_what_the_host_step_changed():
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _summary as summary_rows
+    base = {"status": "configured", "distribution": "k3s", "release": "v1.33.10+k3s1"}
+    would = summary_rows.row("gpu", dict(base, changed=False, host_changed=True), check_mode=True)
+    assert would["would_change"] and would["restart_needed"]
+    done = summary_rows.row("gpu", dict(base, changed=True, host_changed=True, restarted=True, verified=True))
+    assert done["changed"] and not done["restart_needed"]
+    assert not summary_rows.row("gpu", dict(base, changed=False, host_changed=False))["changed"]
