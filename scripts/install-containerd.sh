@@ -15,12 +15,10 @@
 # Pin a line instead of taking the newest (Debian version strings, as 'apt-cache madison' prints them):
 #   K3S_GPU_CONTAINERD_1_7=1.7.24~ds1-6+deb13u1 K3S_GPU_CONTAINERD_2_X=2.1.9+ds1-5 ./scripts/install-containerd.sh
 #
-# Also extracts upstream containerd 2.2.7 and 2.3.4 (the lines k3s 1.33.10+ and 1.36.2+/1.37 embed; not
-# packaged by Debian) from the project's shared material ($K3S_GPU_SHARED, else <repo>/../shared:
-# bin/containerd-<ver>-linux-amd64.tar.xz, checked against their sha256) into
-# .cache/containerd-upstream/<ver>/bin/, for tests only (never on PATH, never installed):
-#   ./scripts/install-containerd.sh --upstream  # only those (no apt, no network)
-# and nvidia-ctk 1.20.0 (bin/nvidia-container-toolkit-1.20.0-linux-amd64.tar.xz) into .cache/nvidia-container-toolkit-1.20.0/.
+# Upstream containerd 2.2/2.3 (what k3s 1.33.10+ and 1.36.2+/1.37 embed; not packaged by Debian) and the
+# NVIDIA Container Toolkit are built from the Go module proxy by scripts/build-test-binaries.sh into a
+# cache outside the clone; --upstream runs only that build (no apt):
+#   ./scripts/install-containerd.sh --upstream
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -39,7 +37,7 @@ for arg in "$@"; do
         --refresh) REFRESH=1 ;;
         --upstream) UPSTREAM_ONLY=1 ;;
         -h | --help)
-            sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *) die "unknown argument '$arg' (try --help)" ;;
@@ -188,89 +186,10 @@ json_str() {
     printf '"%s"' "${s//\"/\\\"}"
 }
 
-# ---------------------------------------------------------------- upstream 2.2 / 2.3
-UPSTREAM=$ROOT/.cache/containerd-upstream
-# version -> sha256 of bin/containerd-<version>-linux-amd64.tar.xz (shared/bin/README.md)
-declare -A UPSTREAM_SHA256=(
-    [2.2.7]=d099214174cd9f9ce3144a3fafb26fe771edf3d993067206de1f0f1b00fd81a4
-    [2.3.4]=c0bda2401767bf2d77396378dbfe6059e178415beeef5cca6d6e2d7d3a0828cf
-)
-UPSTREAM_VERSIONS=(2.2.7 2.3.4)
-
-shared_dir() {
-    local dir=${K3S_GPU_SHARED:-$ROOT/../shared}
-    [[ -d "$dir/bin" ]] || return 1
-    (cd "$dir" && pwd)
-}
-
-# upstream_runs DIR VERSION: the extracted containerd starts here and is that version.
-upstream_runs() {
-    local out
-    out=$("$1/bin/containerd" --version 2>/dev/null) || return 1
-    [[ "$out" == *" v$2 "* ]] && "$1/bin/ctr" --version >/dev/null 2>&1 \
-        && "$1/bin/containerd-shim-runc-v2" -v >/dev/null 2>&1
-}
-
-# install_upstream: extract each upstream version (cached when it is there and runs). Returns 1 when the
-# shared material is missing (the tests that need these binaries then fail with the hint).
-install_upstream() {
-    local shared v dest archive sum tmp
-    if ! shared=$(shared_dir); then
-        warn "no shared material at ${K3S_GPU_SHARED:-$ROOT/../shared} (set K3S_GPU_SHARED): containerd ${UPSTREAM_VERSIONS[*]} not extracted"
-        return 1
-    fi
-    [[ "$(uname -m)" == x86_64 ]] || { warn "the upstream containerd archives are linux/amd64 only; this is $(uname -m)"; return 1; }
-    mkdir -p "$UPSTREAM"
-    for v in "${UPSTREAM_VERSIONS[@]}"; do
-        dest=$UPSTREAM/$v
-        if ((REFRESH == 0)) && upstream_runs "$dest" "$v"; then
-            log "containerd $v (upstream): cached in $dest"
-            continue
-        fi
-        archive=$shared/bin/containerd-$v-linux-amd64.tar.xz
-        [[ -f "$archive" ]] || die "$archive missing (see $shared/bin/README.md)"
-        sum=$(sha256sum "$archive" | awk '{ print $1 }')
-        [[ "$sum" == "${UPSTREAM_SHA256[$v]}" ]] || die "$archive: sha256 $sum, expected ${UPSTREAM_SHA256[$v]}"
-        tmp=$(mktemp -d "$UPSTREAM/.extract.XXXXXX")
-        tar -xJf "$archive" -C "$tmp" bin/containerd bin/ctr bin/containerd-shim-runc-v2
-        upstream_runs "$tmp" "$v" || die "containerd $v from $archive does not run here: $("$tmp/bin/containerd" --version 2>&1 | head -n1)"
-        rm -rf "$dest"
-        mv "$tmp" "$dest"
-        log "containerd $v (upstream): extracted into $dest"
-    done
-}
-
-# ---------------------------------------------------------------- NVIDIA Container Toolkit 1.20.0
-# nvidia-ctk, the peer the plain-containerd tests compare with (shared/bin/README.md); tests only
-TOOLKIT=$ROOT/.cache/nvidia-container-toolkit-1.20.0
-TOOLKIT_SHA256=48eb2631f8217c764e9cbc3f94aaf223c5b56e111b96f01f0563e4ce518817e7
-
-install_toolkit() {
-    local shared archive sum tmp
-    if ((REFRESH == 0)) && "$TOOLKIT/bin/nvidia-ctk" --version 2>/dev/null | grep -q 'version 1.20.0'; then
-        log "nvidia-ctk 1.20.0: cached in $TOOLKIT"
-        return 0
-    fi
-    shared=$(shared_dir) || { warn "no shared material: nvidia-ctk 1.20.0 not extracted"; return 1; }
-    archive=$shared/bin/nvidia-container-toolkit-1.20.0-linux-amd64.tar.xz
-    [[ -f "$archive" ]] || die "$archive missing (see $shared/bin/README.md)"
-    sum=$(sha256sum "$archive" | awk '{ print $1 }')
-    [[ "$sum" == "$TOOLKIT_SHA256" ]] || die "$archive: sha256 $sum, expected $TOOLKIT_SHA256"
-    mkdir -p "$(dirname "$TOOLKIT")"
-    tmp=$(mktemp -d "$TOOLKIT.extract.XXXXXX")
-    tar -xJf "$archive" -C "$tmp" bin/nvidia-ctk
-    "$tmp/bin/nvidia-ctk" --version | grep -q 'version 1.20.0' || die "nvidia-ctk from $archive does not run here"
-    rm -rf "$TOOLKIT"
-    mv "$tmp" "$TOOLKIT"
-    log "nvidia-ctk 1.20.0: extracted into $TOOLKIT"
-}
-
 # ---------------------------------------------------------------- main
 start=$(date +%s)
 if ((UPSTREAM_ONLY)); then
-    install_upstream || die "containerd ${UPSTREAM_VERSIONS[*]} could not be extracted (see above)"
-    install_toolkit || die "nvidia-ctk 1.20.0 could not be extracted (see above)"
-    exit 0
+    exec bash "$HERE/build-test-binaries.sh" containerd-2.2 containerd-2.3 nvidia-container-toolkit
 fi
 apt_ensure containerd runc busybox-static
 for bin in /usr/bin/containerd /usr/bin/ctr /usr/bin/containerd-shim-runc-v2 /usr/sbin/runc /bin/busybox; do
@@ -307,6 +226,4 @@ mv -f "$tmp_manifest" "$MANIFEST"
 for bin_dir in /usr/bin "$CACHE/1.7/usr/bin" "$CACHE/2.x/usr/bin"; do
     log "$("$bin_dir/containerd" --version)   ($bin_dir)"
 done
-install_upstream || true   # the Debian lines stand on their own; the 2.2/2.3 tests name what is missing
-install_toolkit || true    # likewise the tests that compare with nvidia-ctk
 log "runc: $(/usr/sbin/runc --version | head -n1); manifest: $MANIFEST ($(($(date +%s) - start))s)"

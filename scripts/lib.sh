@@ -235,3 +235,13 @@ dev_env() {
     mkdir -p "$COLL_PATH/ansible_collections/k3s_gpu"
     ln -sfn ../../../.. "$COLL_PATH/ansible_collections/k3s_gpu/nvidia"
 }
+
+# ---------------------------------------------------------------- go
+# go_path: the Go the tests build with: the machine's /usr/local/go, else `go` on PATH.
+go_path() {
+    if [[ -x /usr/local/go/bin/go ]]; then
+        printf '%s\n' /usr/local/go/bin/go
+    else
+        command -v go
+    fi
+}

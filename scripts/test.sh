@@ -23,7 +23,7 @@ declare -A STAGE_DESC=(
     [units]="pytest (2.19); ansible-test units 2.19/py3.11 and 2.21/py3.12"
     [sanity]="ansible-test sanity 2.19/py3.11 and 2.21/py3.12; compile+import on py3.8"
     [integration]="ansible-test integration 2.19/py3.11"
-    [conformance]="real containerd 1.6/1.7/2.x: config dump, daemon CRI status, pods for every engine case"
+    [conformance]="real containerd 1.6/1.7/2.1 (Debian) and 2.2/2.3 (built): config dump, CRI, pods; nvidia-ctk; Helm"
     [molecule]="molecule scenarios of the gpu_node role (extensions/molecule)"
 )
 
@@ -203,7 +203,9 @@ stage_integration() {
 # ------------------------------------------------------------------ conformance
 stage_conformance() {
     check "install containerd 1.6 (apt), 1.7 and 2.x (Debian .debs, cached)" bash scripts/install-containerd.sh
-    check "install Go (the text/template oracle, tests/oracle)" bash scripts/install-go.sh
+    check "Go (the text/template oracle, tests/oracle, and the test binaries)" bash scripts/install-go.sh
+    check "build the test binaries from the Go module proxy (containerd 2.2/2.3, NVIDIA toolkit, helm-render)" \
+        bash scripts/build-test-binaries.sh
     check "pytest tests/conformance (real containerd)" \
         env PYTHONPATH="$COLL_PATH" "$VENV/bin/python" -m pytest tests/conformance -q -p no:cacheprovider
     checks_result

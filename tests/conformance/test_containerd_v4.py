@@ -5,9 +5,9 @@
 
 """containerd config `version = 4` against real upstream containerd 2.2.7 and 2.3.4.
 
-The binaries come from the project's shared material, extracted by
-`scripts/install-containerd.sh --upstream` into .cache/containerd-upstream/<version>/bin/ (Debian has
-no 2.2 or 2.3). Each case runs the engine on a plain containerd node tree (runtime_info's reading,
+The binaries are built at test time from the Go module proxy (`github.com/containerd/containerd/v2`
+v2.2.7 and v2.3.4) by tests/testbins.py into its cache outside the clone (Debian has no 2.2 or 2.3); a
+binary that cannot be built fails these tests with the module, the version and the builder's error. Each case runs the engine on a plain containerd node tree (runtime_info's reading,
 the plan, the TOML edit) and loads what it wrote with `containerd --config F config dump`:
 
 - a v4 config (2.3.4's own `config default`) edited by the engine stays v4 and loads in 2.3.4 as v4
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tomllib
 
 import pytest
@@ -31,13 +30,11 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 
+from ansible_collections.k3s_gpu.nvidia.tests import testbins
+
 from . import lab
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
-UPSTREAM = os.path.join(REPO_ROOT, ".cache", "containerd-upstream")
-VERSIONS = ("2.2.7", "2.3.4")
-HINT = ("run scripts/install-containerd.sh --upstream (extracts containerd 2.2.7 and 2.3.4 from the shared "
-        "material, $K3S_GPU_SHARED or <repo>/../shared, bin/containerd-<version>-linux-amd64.tar.xz)")
+VERSIONS = tuple(testbins.UPSTREAM_CONTAINERD)  # ("2.2.7", "2.3.4")
 NVIDIA = "/usr/bin/nvidia-container-runtime"
 LEGACY = "/usr/bin/nvidia-container-runtime.legacy"
 V3_RUNTIMES = "plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes"
@@ -45,10 +42,7 @@ REFUSED_V4 = "expected containerd config version equal to or less than `3`, got 
 
 
 def containerd(version):
-    path = os.path.join(UPSTREAM, version, "bin", "containerd")
-    if not os.access(path, os.X_OK):
-        pytest.fail("upstream containerd %s missing (%s): %s" % (version, path, HINT), pytrace=False)
-    return path
+    return testbins.require(testbins.UPSTREAM_CONTAINERD[version], "containerd")
 
 
 def config_dump(version, config_path):
@@ -180,9 +174,3 @@ def test_2_3_refuses_a_dropin_above_the_root(tmp_path, default_v4):
         rc, data, stderr = config_dump(version, node.host("/etc/containerd/config.toml"))
         assert rc == 0, "%s: %s" % (version, stderr)
         assert runtimes_of(data)["nvidia"]["options"]["BinaryName"] == NVIDIA
-
-
-def test_missing_upstream_fails_with_the_hint(monkeypatch, tmp_path):
-    monkeypatch.setattr(sys.modules[__name__], "UPSTREAM", str(tmp_path))
-    with pytest.raises(pytest.fail.Exception, match="install-containerd.sh --upstream"):
-        containerd("2.3.4")

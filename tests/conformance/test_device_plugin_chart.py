@@ -7,10 +7,11 @@
 
 Each case takes the HelmChart that _device_plugin builds and renders its `valuesContent`, exactly, with
 the nvidia-device-plugin 0.20.0 chart, under the HelmChart's name and target namespace (what
-helm-controller's install job does). Helm is `helm-render` (Helm v3.11.2's library, offline); both the
-binary and the chart archive come from the project's shared material ($K3S_GPU_SHARED, else
-<repo>/../shared: bin/helm-render-linux-amd64.tar.xz and charts/nvidia-device-plugin-0.20.0.tgz), checked
-by sha256, the binary extracted into .cache/helm-render/. Checked on the rendered objects: the DaemonSets'
+helm-controller's install job does). Helm is `helm-render` (tests/helm_render: our `helm template` on the
+library of helm.sh/helm/v4 v4.3.2, offline), built at test time from the Go module proxy by
+tests/testbins.py into its cache outside the clone; the chart archive comes from the project's shared
+material ($K3S_GPU_SHARED, else <repo>/../shared: charts/nvidia-device-plugin-0.20.0.tgz), checked by
+sha256. The render is told the release's Kubernetes version. Checked on the rendered objects: the DaemonSets'
 runtimeClassName, an affinity that the labels the plan gives the nodes satisfy and an NFD-only node does not,
 the device-list and MIG env of the plugin container, the ConfigMap that the config-manager reads, and every
 object against the Kubernetes schema (kubernetes-validate, bundled schemas). Missing material FAILS with
@@ -29,6 +30,7 @@ import yaml
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as dp
+from ansible_collections.k3s_gpu.nvidia.tests import testbins
 
 try:
     import kubernetes_validate
@@ -36,13 +38,11 @@ except ImportError:  # pragma: no cover - the failure says how to install it
     kubernetes_validate = None
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
-HELM_RENDER_ARCHIVE = ("bin/helm-render-linux-amd64.tar.xz", "24f5334514dac1968631015d1c3960f50d4e11e40caa6e8021764491147b4cd9")
 CHART_ARCHIVE = ("charts/nvidia-device-plugin-0.20.0.tgz", "66065a7acf286e98a92f81c017905b3bf4bdfc630da93c44be4721f16c3be4d0")
-HELM_RENDER = os.path.join(REPO_ROOT, ".cache", "helm-render", "bin", "helm-render")
-HINT = ("the shared material is missing: set K3S_GPU_SHARED to the directory holding bin/helm-render-linux-amd64.tar.xz "
-        "and charts/nvidia-device-plugin-0.20.0.tgz (default <repo>/../shared)")
-KUBERNETES = "1.33"  # helm-render's default KubeVersion (v1.33.0)
+HINT = ("the shared material is missing: set K3S_GPU_SHARED to the directory holding "
+        "charts/nvidia-device-plugin-0.20.0.tgz (default <repo>/../shared)")
 RELEASE = "v1.33.10+k3s1"
+KUBERNETES = "1.33"  # the release's Kubernetes minor: the render's Capabilities and the schema check
 SHIPPED = ["nvidia", "nvidia-experimental", "crun"]
 CDI_NODE = {"host": "gpu1", "cdi_enabled": True, "cdi_spec": True, "handlers": ["nvidia", "nvidia-cdi", "runc"]}
 PLAIN_NODE = {"host": "gpu2", "handlers": ["nvidia", "runc"]}
@@ -69,14 +69,10 @@ def chart():
 
 @pytest.fixture(scope="module")
 def helm_render():
-    if not os.access(HELM_RENDER, os.X_OK):
-        archive = _shared_file(*HELM_RENDER_ARCHIVE)
-        os.makedirs(os.path.dirname(os.path.dirname(HELM_RENDER)), exist_ok=True)
-        with tarfile.open(archive) as tar:
-            tar.extract("bin/helm-render", os.path.dirname(os.path.dirname(HELM_RENDER)), filter="data")
-    version = subprocess.run([HELM_RENDER, "--version"], capture_output=True, text=True, check=False)
-    assert version.returncode == 0 and "v3.11.2" in version.stdout, version
-    return HELM_RENDER
+    path = testbins.require("helm-render", "helm-render")
+    version = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
+    assert version.returncode == 0 and "helm.sh/helm/v4 %s " % testbins.BUILDS["helm-render"].version in version.stdout, version
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +88,7 @@ def render(helm_render, chart, plan, tmp_path):
     values = tmp_path / "values.yaml"
     values.write_text(spec["valuesContent"], encoding="utf-8")
     proc = subprocess.run([helm_render, plan["objects"][0]["metadata"]["name"], chart, "-n", spec["targetNamespace"],
-                           "-f", str(values)], capture_output=True, text=True, timeout=120, check=False)
+                           "-f", str(values), "--kube-version", RELEASE.split("+")[0]], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     objects = [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
     return {(doc["kind"], doc["metadata"]["name"]): doc for doc in objects}
@@ -255,3 +251,11 @@ def test_chart_defaults_are_what_the_engine_assumes(chart):
     assert dp.GPU_PRESENT_LABEL in default_keys and "feature.node.kubernetes.io/pci-10de.present" in default_keys
     for key in ("migStrategy", "deviceListStrategy", "deviceDiscoveryStrategy"):
         assert key in values and values[key] is None
+
+
+def test_a_chart_that_rejects_its_values_fails_with_its_own_message(helm_render, chart, tmp_path):
+    """As `helm template`: the chart's validation template refuses the default namespace, exit 1."""
+    proc = subprocess.run([helm_render, "nvdp", chart, "-n", "default"], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "default" in proc.stderr and "namespace" in proc.stderr, proc.stderr

@@ -5,7 +5,7 @@
 
 """Plain containerd nodes, loaded by the real containerd of every line (Debian's 1.6, 1.7 and 2.1; upstream
 2.2.7 and 2.3.4) with `containerd --config F config dump`, and compared with NVIDIA's own configurator
-(nvidia-ctk 1.20.0 built from its tag, shared material) on the same files.
+(nvidia-ctk 1.20.0, built at test time from the Go module proxy by tests/testbins.py) on the same files.
 
 The configs are the ones nodes really have: each line's `containerd config default` (as written, with
 `SystemdCgroup = true`, and hardened: `privileged_without_host_devices = true` and a runc `Root`), that
@@ -38,13 +38,11 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 
+from ansible_collections.k3s_gpu.nvidia.tests import testbins
+
 from . import lab
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
-UPSTREAM = os.path.join(REPO_ROOT, ".cache", "containerd-upstream")
-CTK = os.path.join(REPO_ROOT, ".cache", "nvidia-container-toolkit-1.20.0", "bin", "nvidia-ctk")
-HINT = "run scripts/install-containerd.sh (it extracts upstream containerd 2.2.7/2.3.4 and nvidia-ctk 1.20.0)"
-LINES = ("1.6", "1.7", "2.x", "2.2.7", "2.3.4")
+LINES = ("1.6", "1.7", "2.x") + tuple(testbins.UPSTREAM_CONTAINERD)  # + 2.2.7, 2.3.4 built from the proxy
 NVIDIA = {"nvidia": "/usr/bin/nvidia-container-runtime", "nvidia-cdi": "/usr/bin/nvidia-container-runtime.cdi",
           "nvidia-legacy": "/usr/bin/nvidia-container-runtime.legacy"}
 INHERITED = ("privileged_without_host_devices", "SystemdCgroup", "Root")
@@ -55,9 +53,7 @@ NOT_COPIED = ("runtime_root", "runtime_engine")
 def _binary(line):
     if line in lab.LINES:
         return lab.binary(line), lab._line_env(line)  # pylint: disable=protected-access
-    path = os.path.join(UPSTREAM, line, "bin", "containerd")
-    if not os.access(path, os.X_OK):
-        pytest.fail("upstream containerd %s missing (%s): %s" % (line, path, HINT), pytrace=False)
+    path = testbins.require(testbins.UPSTREAM_CONTAINERD[line], "containerd")
     return path, {k: v for k, v in os.environ.items() if not k.startswith("CONTAINERD_")}
 
 
@@ -200,9 +196,7 @@ def test_every_runtime_loads_and_inherits_the_default_runtime(tmp_path, line, ca
 
 
 def _ctk():
-    if not os.access(CTK, os.X_OK):
-        pytest.fail("nvidia-ctk 1.20.0 missing (%s): %s" % (CTK, HINT), pytrace=False)
-    return CTK
+    return testbins.require("nvidia-container-toolkit", "nvidia-ctk")
 
 
 @pytest.mark.parametrize("case", ("default", "default-hardened", "kata-default", "crun-default", "empty"))

@@ -9,7 +9,7 @@ tests/oracle/render.go renders a user's containerd template the way k3s does (th
 main template "compiled_template", "base" added to the same set, k3s's Linux template functions
 registered before parsing, missingkey=error). This module builds it once and feeds it batches.
 
-available()          True when `go` is on PATH.
+available()          True when the machine's Go (/usr/local/go, else `go` on PATH) is there.
 build(force=False)   compile render.go into <repo>/.cache/oracle/render (GOCACHE and GOPATH inside
                      .cache/oracle, no network: stdlib only, GOPROXY=off); rebuilt when render.go or
                      the Go version changes. Returns the binary's path.
@@ -42,6 +42,7 @@ CACHE = ROOT / ".cache" / "oracle"
 BINARY = CACHE / "render"
 STAMP = CACHE / "render.stamp"
 INSTALL_HINT = "bash scripts/install-go.sh"
+MACHINE_GO = "/usr/local/go/bin/go"
 PHASES = ("parse", "exec")
 RUN_TIMEOUT = 300
 
@@ -55,6 +56,9 @@ class OracleError(RuntimeError):
 
 
 def go_binary():
+    """The machine's Go (/usr/local/go/bin/go), else `go` on PATH, else None."""
+    if os.access(MACHINE_GO, os.X_OK):
+        return MACHINE_GO
     return shutil.which("go")
 
 
@@ -76,7 +80,7 @@ def go_env():
     """The environment for `go`: caches inside .cache/oracle, GOPATH mode, no downloads, no cgo."""
     env = dict(os.environ)
     for name in ("GOROOT", "GOBIN", "GOOS", "GOARCH"):
-        env.pop(name, None)  # the Debian go finds its own GOROOT; build for this machine
+        env.pop(name, None)  # Go finds its own GOROOT; build for this machine
     env.update(
         GOCACHE=str(CACHE / "gocache"),
         GOPATH=str(CACHE / "gopath"),
