@@ -138,6 +138,12 @@ BUILDS = {
         _kubernetes("v1.34", "v1.34.4"),
         _kubernetes("v1.36", "v1.36.3"),
         Build(
+            key="device-plugin-testdouble", name="device-plugin-testdouble", module="k8s.io/kubelet",
+            version="v0.36.3", packages=(".",), binaries=("device-plugin-testdouble",),
+            source="tests/device_plugin_testdouble", ldflags="-s -w", stage="kubernetes",
+            purpose="the cluster lab's TEST DOUBLE of NVIDIA's device plugin (kubelet's v1beta1 API)",
+        ),
+        Build(
             key="kine", name="kine", module="github.com/k3s-io/kine", version="v0.17.5",
             packages=("",), binaries=("kine",),
             ldflags="-s -w -X github.com/k3s-io/kine/pkg/version.Version=v0.17.5",
@@ -339,8 +345,8 @@ def _run_build(build, go, go_ver, log):
         with contextlib.suppress(FileNotFoundError):
             failure_file(build).unlink()
         _update_versions()
-        log("built %s %s (%s) with %s in %.1f s: %s" % (build.module, build.version, build.key, go_ver, seconds,
-                                                       ", ".join(build.binaries)))
+        built = (build.module, build.version, build.key, go_ver, seconds, ", ".join(build.binaries))
+        log("built %s %s (%s) with %s in %.1f s: %s" % built)
         return record
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -293,19 +293,22 @@ def _get(data, path):
     return data
 
 
-def apply_lab_overrides(config_text, line, run_pods=True, opt_path=None):
+def apply_lab_overrides(config_text, line, run_pods=True, opt_path=None, extra=(), only_runtimes=False):
     """The config text plus the lab-only keys (see lab_overrides); (text, [Override applied]).
 
     Text edit, so the composed config stays what k3s would write: a key goes under its table's
     existing header (replacing the key's line when set), or a new table is inserted before the
     first header. Idempotent. Raises LabError if the result is not valid TOML with those values.
+    extra: more Overrides (the cluster lab's CDI spec dir); only_runtimes: only the runtimes' options.
     """
     try:
         data = tomllib.loads(config_text)
     except tomllib.TOMLDecodeError as exc:
         raise LabError("config is not valid TOML, lab overrides not applied: %s" % exc) from None
     schema = _schema(data)
-    overrides = lab_overrides(line, schema, run_pods=run_pods, opt_path=opt_path)
+    overrides = lab_overrides(line, schema, run_pods=run_pods, opt_path=opt_path) + list(extra)
+    if only_runtimes:  # a drop-in: only its own runtime tables, the CRI tables are the root config's
+        overrides = [ovr for ovr in overrides if ovr.mode == "runtimes"]
     lines = config_text.split("\n")
     applied = []
     for ovr in overrides:

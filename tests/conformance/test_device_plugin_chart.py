@@ -88,7 +88,7 @@ def render(helm_render, chart, plan, tmp_path):
     values = tmp_path / "values.yaml"
     values.write_text(spec["valuesContent"], encoding="utf-8")
     proc = subprocess.run([helm_render, plan["objects"][0]["metadata"]["name"], chart, "-n", spec["targetNamespace"],
-                           "-f", str(values), "--kube-version", RELEASE.split("+")[0]], capture_output=True, text=True, timeout=120, check=False)
+                           "-f", str(values), "--kube-version", RELEASE.split("+", maxsplit=1)[0]], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     objects = [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
     return {(doc["kind"], doc["metadata"]["name"]): doc for doc in objects}

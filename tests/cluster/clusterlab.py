@@ -1,0 +1,825 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The Kubernetes lab: a one-node cluster on 127.0.0.1 with a real API server and a real kubelet.
+
+    scripts/cluster-lab.sh up [--kubernetes 1.34|1.36] [--release R] [--gpus N] [--strategy envvar|cdi-cri]
+    scripts/cluster-lab.sh down | status
+
+Everything runs from binaries the tests build from the Go module proxy (tests/testbins.py): kine on
+SQLite (k3s's datastore), kube-apiserver, kube-controller-manager, kube-scheduler and kubelet of the
+chosen Kubernetes line, the containerd line the release embeds, NVIDIA's real runtime wrappers
+(nvidia-container-runtime, .cdi, .legacy) as the handlers' BinaryName, and a device plugin TEST DOUBLE
+(tests/device_plugin_testdouble) that speaks kubelet's real v1beta1 API for fake character devices.
+
+containerd's config is what the node gets for the release: the collection's own module
+(k3s_gpu.nvidia.containerd_runtimes, run by ansible-playbook) writes its drop-in or template on a
+sandbox node root where NVIDIA's binaries are installed, and the release's base is composed with it as
+k3s does (tests/conformance/cases.compose_node). The lab then adds only what this machine needs
+(tests/conformance/lab.apply_lab_overrides: no CAP_SYS_RESOURCE, no systemd; plus its private CDI spec
+dir) and prints them.
+
+Faked, because it cannot run here: the GPU (fake devices made with mknod, major 195 as NVIDIA's), the
+k3s binary (its template step, its RuntimeClass manifest and its --node-labels are done by the lab as
+k3s does them), and NVIDIA's device plugin (the test double). The NVIDIA runtime runs in its `cdi`
+mode from a private config file (NVIDIA_CTK_CONFIG_FILE_PATH, never /etc): its legacy mode needs
+libnvidia-container and a driver.
+
+Nothing outside the lab dir is kept after `down`: processes (found by the K3S_GPU_CLUSTER_LAB marker in
+their environment, shims included), mounts under the lab dir, the cgroup tree /k3s-gpu-lab, the
+/var/log/containers links kubelet made, and the /run/containerd and /run/netns entries of the run.
+A killed run is cleaned by the next `up`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, ".tmp", "collections"))
+
+# pylint: disable=wrong-import-position
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro  # noqa: E402
+from ansible_collections.k3s_gpu.nvidia.tests import testbins  # noqa: E402
+from ansible_collections.k3s_gpu.nvidia.tests.conformance import cases, lab  # noqa: E402
+
+LAB_DIR = os.environ.get("K3S_GPU_CLUSTER_LAB", "/tmp/k3s-gpu-cluster-lab")
+MARKER = "K3S_GPU_CLUSTER_LAB"
+NODE_NAME = "lab-node"
+CGROUP_NAME = "k3s-gpu-lab"
+CGROUP_ROOT = "/sys/fs/cgroup"
+CONTAINER_LOG_LINKS = "/var/log/containers"
+RUN_DIRS = ("/run/containerd", "/run/netns")
+PORTS = {"kine": 23790, "kube-apiserver": 26443, "kube-controller-manager": 20257, "kube-scheduler": 20259,
+         "kubelet": 20250, "kubelet-healthz": 20248}
+KUBERNETES = {"1.34": ("kubernetes-v1.34", "v1.34.4+k3s1"), "1.36": ("kubernetes-v1.36", "v1.36.3+k3s1")}
+NVIDIA_BINARIES = ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy")
+NVIDIA_MAJOR = 195  # the character major of /dev/nvidia<N> (NVIDIA's driver)
+CDI_KIND = "nvidia.com/gpu"
+SERVICE_CIDR = "10.43.0.0/16"
+POD_CIDR = "10.42.0.0/24"
+START_TIMEOUT = 120
+
+
+class LabError(RuntimeError):
+    """A refusal or failure, with what to do."""
+
+
+def log(message):
+    print(message, flush=True)
+
+
+def path(*parts):
+    return os.path.join(LAB_DIR, *parts)
+
+
+# ------------------------------------------------------------------ state
+def read_state():
+    try:
+        with open(path("state.json"), encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return None
+
+
+def write_state(state):
+    tmp = path(".state.json.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(state, handle, indent=2, sort_keys=True)
+    os.replace(tmp, path("state.json"))
+
+
+def _proc_start(pid):
+    try:
+        with open("/proc/%d/stat" % pid, encoding="utf-8") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(record):
+    return record and _proc_start(record["pid"]) == record["start"]
+
+
+def marked_pids(lab_dir=None):
+    """Every process whose environment carries this lab's marker (the daemons, shims and their children)."""
+    want = ("%s=%s" % (MARKER, lab_dir or LAB_DIR)).encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/environ" % entry, "rb") as handle:
+                if want in handle.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def _kill(pids, sig):
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def _wait_gone(pids, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = [pid for pid in pids if _proc_start(pid) is not None and not _zombie(pid)]
+        if not pids:
+            return []
+        time.sleep(0.1)
+    return pids
+
+
+def _zombie(pid):
+    try:
+        with open("/proc/%d/stat" % pid, encoding="utf-8") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+# ------------------------------------------------------------------ refusals
+def port_taken(port):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def check_free():
+    """Refuse, naming it, a port, socket or directory that something else holds."""
+    taken = ["port 127.0.0.1:%d (%s)" % (port, name) for name, port in PORTS.items() if port_taken(port)]
+    if taken:
+        raise LabError("cannot start the lab: %s already in use; stop what listens there (ss -ltnp)"
+                       % ", ".join(taken))
+    if os.path.lexists(LAB_DIR):
+        raise LabError("cannot start the lab: %s exists and is not a lab this script left; remove it or set "
+                       "K3S_GPU_CLUSTER_LAB to another directory" % LAB_DIR)
+    cgroup = os.path.join(CGROUP_ROOT, "memory", CGROUP_NAME)
+    if os.path.exists(cgroup):
+        raise LabError("cannot start the lab: cgroup %s exists (another lab?); `down` removes a stale one" % cgroup)
+
+
+# ------------------------------------------------------------------ teardown
+def _mounts_under(prefix):
+    found = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as handle:
+        for line in handle:
+            point = line.split()[4].replace("\\040", " ")
+            if point == prefix or point.startswith(prefix + "/"):
+                found.append(point)
+    return found
+
+
+def _umount_all(prefix):
+    for _attempt in range(5):
+        points = sorted(set(_mounts_under(prefix)), key=len, reverse=True)
+        if not points:
+            return []
+        for point in points:
+            subprocess.run(["umount", point], capture_output=True, check=False)
+        time.sleep(0.1)
+    points = sorted(set(_mounts_under(prefix)), key=len, reverse=True)
+    for point in points:
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+    return _mounts_under(prefix)
+
+
+def _cgroup_dirs():
+    return sorted(glob.glob(os.path.join(CGROUP_ROOT, "*", CGROUP_NAME)))
+
+
+def _remove_cgroups():
+    """Kill what is left in the lab's cgroup tree, then rmdir it deepest first."""
+    left = []
+    for top in _cgroup_dirs():
+        for _attempt in range(20):
+            dirs = sorted((d for d, _s, _f in os.walk(top)), key=len, reverse=True)
+            for directory in dirs:
+                with contextlib.suppress(OSError):
+                    with open(os.path.join(directory, "cgroup.procs"), encoding="utf-8") as handle:
+                        _kill([int(p) for p in handle.read().split()], signal.SIGKILL)
+                with contextlib.suppress(OSError):
+                    os.rmdir(directory)
+            if not os.path.exists(top):
+                break
+            time.sleep(0.1)
+        if os.path.exists(top):
+            left.append(top)
+    return left
+
+
+def _run_entries():
+    entries = []
+    for directory in RUN_DIRS:
+        if os.path.isdir(directory):
+            entries += [os.path.join(directory, name) for name in os.listdir(directory)]
+            for sub in ("s", "runc", "fifo", "io.containerd.runtime.v2.task"):
+                sub_dir = os.path.join(directory, sub)
+                if os.path.isdir(sub_dir):
+                    entries += [os.path.join(sub_dir, name) for name in os.listdir(sub_dir)]
+    return sorted(entries)
+
+
+def _remove_run_entries(before):
+    kept = set(before.get("run_entries", []))
+    for entry in sorted(set(_run_entries()) - kept, key=len, reverse=True):
+        if os.path.ismount(entry):
+            subprocess.run(["umount", entry], capture_output=True, check=False)
+        if os.path.isdir(entry) and not os.path.islink(entry):
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(entry)
+    for directory in RUN_DIRS:
+        if directory not in before.get("run_dirs", []) and os.path.isdir(directory):
+            for sub in ("s", "runc", "fifo", "io.containerd.runtime.v2.task"):
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.join(directory, sub))
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+
+
+def _remove_log_links():
+    if not os.path.isdir(CONTAINER_LOG_LINKS):
+        return
+    for link in os.listdir(CONTAINER_LOG_LINKS):
+        full = os.path.join(CONTAINER_LOG_LINKS, link)
+        with contextlib.suppress(OSError):
+            if os.path.islink(full) and os.readlink(full).startswith(LAB_DIR + "/"):
+                os.unlink(full)
+
+
+def _stop_pods(state):
+    """Stop and remove every pod sandbox through CRI, so that the shims exit and unmount their rootfs."""
+    sock = state.get("containerd_socket") if state else None
+    if not sock or not os.path.exists(sock):
+        return
+    try:
+        import grpc  # pylint: disable=import-outside-toplevel
+        from cri_api.v1 import api_pb2 as cri  # pylint: disable=import-outside-toplevel
+        from cri_api.v1 import api_pb2_grpc as cri_grpc  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return
+    with grpc.insecure_channel("unix://" + sock) as channel:
+        runtime = cri_grpc.RuntimeServiceStub(channel)
+        with contextlib.suppress(grpc.RpcError):
+            for sandbox in runtime.ListPodSandbox(cri.ListPodSandboxRequest(), timeout=10).items:
+                with contextlib.suppress(grpc.RpcError):
+                    runtime.StopPodSandbox(cri.StopPodSandboxRequest(pod_sandbox_id=sandbox.id), timeout=30)
+                    runtime.RemovePodSandbox(cri.RemovePodSandboxRequest(pod_sandbox_id=sandbox.id), timeout=30)
+
+
+def down(quiet=False):
+    """Stop everything the lab started (by PID, then by marker) and remove everything it made."""
+    state = read_state()
+    if state is None and not os.path.exists(LAB_DIR) and not _cgroup_dirs() and not marked_pids():
+        if not quiet:
+            log("cluster lab: nothing to stop (%s absent)" % LAB_DIR)
+        return []
+    order = ("device-plugin", "kubelet", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "kine")
+    processes = (state or {}).get("processes", {})
+    for name in order:
+        record = processes.get(name)
+        if _alive(record):
+            _kill([record["pid"]], signal.SIGTERM)
+            if _wait_gone([record["pid"]], 15):
+                _kill([record["pid"]], signal.SIGKILL)
+    _stop_pods(state)
+    record = processes.get("containerd")
+    if _alive(record):
+        _kill([record["pid"]], signal.SIGTERM)
+        if _wait_gone([record["pid"]], 15):
+            _kill([record["pid"]], signal.SIGKILL)
+    left = marked_pids()
+    _kill(left, signal.SIGKILL)
+    still = _wait_gone(left, 10)
+    problems = ["process %d still runs" % pid for pid in still]
+    problems += ["cgroup %s could not be removed" % d for d in _remove_cgroups()]
+    problems += ["mount %s could not be removed" % m for m in _umount_all(LAB_DIR)]
+    _remove_log_links()
+    _remove_run_entries((state or {}).get("before", {}))
+    if not problems:
+        shutil.rmtree(LAB_DIR, ignore_errors=True)
+        if os.path.exists(LAB_DIR):
+            problems.append("%s could not be removed" % LAB_DIR)
+    if not quiet:
+        log("cluster lab: stopped and removed%s" % ("" if not problems else ": " + "; ".join(problems)))
+    return problems
+
+
+# ------------------------------------------------------------------ certificates
+def _openssl(*args, stdin=None):
+    proc = subprocess.run(["openssl"] + list(args), input=stdin, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise LabError("openssl %s failed: %s" % (" ".join(args[:2]), proc.stderr.strip()))
+    return proc.stdout
+
+
+def make_certificates():
+    """A CA, the API server's serving cert, client certs per identity, the service-account key pair."""
+    pki = path("pki")
+    os.makedirs(pki, mode=0o700)
+    ca_key, ca_crt = os.path.join(pki, "ca.key"), os.path.join(pki, "ca.crt")
+    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+             "-keyout", ca_key, "-out", ca_crt, "-subj", "/CN=k3s-gpu-lab-ca")
+    ext = os.path.join(pki, "ext.cnf")
+
+    def issue(name, subject, extensions):
+        key, csr, crt = (os.path.join(pki, name + suffix) for suffix in (".key", ".csr", ".crt"))
+        with open(ext, "w", encoding="utf-8") as handle:
+            handle.write(extensions)
+        _openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                 "-keyout", key, "-out", csr, "-subj", subject)
+        _openssl("x509", "-req", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key, "-CAcreateserial", "-days", "2",
+                 "-out", crt, "-extfile", ext)
+        os.unlink(csr)
+        return key, crt
+
+    issue("apiserver", "/CN=kube-apiserver",
+          "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
+          "subjectAltName=IP:127.0.0.1,IP:10.43.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+          "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n")
+    issue("kubelet-serving", "/CN=%s" % NODE_NAME,
+          "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
+          "subjectAltName=IP:127.0.0.1,DNS:%s,DNS:localhost\n" % NODE_NAME)
+    client = "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n"
+    identities = {
+        "admin": "/O=system:masters/CN=k3s-gpu-lab-admin",
+        "kube-controller-manager": "/CN=system:kube-controller-manager",
+        "kube-scheduler": "/CN=system:kube-scheduler",
+        "kubelet": "/O=system:nodes/CN=system:node:%s" % NODE_NAME,
+        "apiserver-kubelet-client": "/O=system:masters/CN=kube-apiserver-kubelet-client",
+    }
+    for name, subject in identities.items():
+        issue(name, subject, client)
+    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out",
+             os.path.join(pki, "sa.key"))
+    _openssl("pkey", "-in", os.path.join(pki, "sa.key"), "-pubout", "-out", os.path.join(pki, "sa.pub"))
+    os.unlink(ext)
+    for name in identities:
+        write_kubeconfig(name)
+
+
+def write_kubeconfig(name):
+    pki = path("pki")
+
+    def b64(file_name):
+        with open(os.path.join(pki, file_name), "rb") as handle:
+            return base64.b64encode(handle.read()).decode()
+
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "lab",
+        "clusters": [{"name": "lab", "cluster": {"server": "https://127.0.0.1:%d" % PORTS["kube-apiserver"],
+                                                 "certificate-authority-data": b64("ca.crt")}}],
+        "users": [{"name": name, "user": {"client-certificate-data": b64(name + ".crt"),
+                                          "client-key-data": b64(name + ".key")}}],
+        "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": name}}],
+    }
+    target = path("kubeconfig" if name == "admin" else "%s.kubeconfig" % name)
+    with open(target, "w", encoding="utf-8") as handle:
+        json.dump(config, handle, indent=2)
+    os.chmod(target, 0o600)
+
+
+# ------------------------------------------------------------------ processes
+def start(state, name, argv, env=None, cwd=None):
+    log_path = path("logs", name + ".log")
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "CONTAINERD_", "NOTIFY_SOCKET"))}
+    full_env.update(env or {})
+    full_env[MARKER] = LAB_DIR
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
+                                cwd=cwd or LAB_DIR, start_new_session=True)  # pylint: disable=consider-using-with
+    state["processes"][name] = {"pid": proc.pid, "start": _proc_start(proc.pid), "argv": argv, "log": log_path}
+    write_state(state)
+    return proc
+
+
+def wait_for(what, probe, state, name, timeout=START_TIMEOUT):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(state["processes"].get(name)):
+            raise LabError("%s exited while starting (%s); last lines of %s:\n%s"
+                           % (name, what, state["processes"][name]["log"], tail(state["processes"][name]["log"])))
+        with contextlib.suppress(Exception):
+            if probe():
+                return
+        time.sleep(0.25)
+    raise LabError("%s: %s not reached in %d s; last lines of its log:\n%s"
+                   % (name, what, timeout, tail(state["processes"][name]["log"])))
+
+
+def tail(log_path, lines=25):
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as handle:
+            return "".join(handle.readlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _https_ok(url, ca=None):
+    context = ssl.create_default_context(cafile=ca) if ca else ssl._create_unverified_context()  # noqa: S323
+    if ca:
+        context.load_cert_chain(path("pki", "admin.crt"), path("pki", "admin.key"))
+    with urllib.request.urlopen(url, context=context, timeout=2) as response:  # noqa: S310
+        return response.status == 200
+
+
+def kubectl(state, *args, stdin=None, check=True):
+    proc = subprocess.run([state["binaries"]["kubectl"], "--kubeconfig", path("kubeconfig")] + list(args),
+                          input=stdin, capture_output=True, text=True, timeout=120, check=False)
+    if check and proc.returncode != 0:
+        raise LabError("kubectl %s failed: %s" % (" ".join(args), proc.stderr.strip()))
+    return proc.stdout
+
+
+# ------------------------------------------------------------------ the node
+def sandbox_node(state, release, toolkit_bin):
+    """The node as the collection sees it: NVIDIA's binaries installed, then the collection's module run."""
+    node = path("node")
+    for name in NVIDIA_BINARIES:
+        target = node + "/usr/bin/" + name
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.symlink(os.path.join(toolkit_bin, name), target)
+    paths = distro.distribution_paths(distro.K3S)
+    os.makedirs(node + paths["containerd_dir"], exist_ok=True)
+    os.makedirs(node + "/cni/bin")
+    os.makedirs(node + "/cni/net.d")
+    playbook = path("converge.yml")
+    with open(playbook, "w", encoding="utf-8") as handle:
+        handle.write(textwrap.dedent("""\
+            - name: The collection writes the NVIDIA runtimes of the lab's sandbox node
+              hosts: localhost
+              gather_facts: false
+              tasks:
+                - name: Write what the release lacks
+                  k3s_gpu.nvidia.containerd_runtimes:
+                    root: "{root}"
+                    distribution: k3s
+                    release: "{release}"
+                    handler_labels: true
+                    node_labels: ["nvidia.com/gpu.present=true"]
+                  register: written
+                - name: Show it
+                  ansible.builtin.debug:
+                    var: written
+            """).format(root=node, release=release))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".tmp", "collections"),
+               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
+    playbook_bin = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+    proc = subprocess.run([playbook_bin, "-i", "localhost,", "-c", "local", playbook], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    with open(path("logs", "converge.log"), "w", encoding="utf-8") as handle:
+        handle.write(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise LabError("the collection's module failed on the sandbox node:\n%s" % (proc.stdout[-3000:] + proc.stderr[-2000:]))
+    loaded = cases.compose_node(node, distro.K3S, release, ["/usr/bin/" + name for name in NVIDIA_BINARIES])
+    labels = node_labels_of(node, paths)
+    state["node"] = {"root": node, "schema": loaded.schema, "labels": labels,
+                     "dropin": loaded.dropin[0] if loaded.dropin else None,
+                     "runtimes": sorted(lab._runtimes_of(__import__("tomllib").loads(loaded.config_text)))}  # pylint: disable=protected-access
+    return loaded
+
+
+def node_labels_of(node, paths):
+    """The node-label list the collection wrote into k3s's config.yaml.d (k3s passes them to kubelet)."""
+    labels = []
+    for config in sorted(glob.glob(node + paths["config_yaml_d"] + "/*.yaml")):
+        with open(config, encoding="utf-8") as handle:
+            text = handle.read()
+        labels += re.findall(r'^\s*-\s*"?([^"\s]+=[^"\s]*)"?\s*$', text, flags=re.M)
+    return labels
+
+
+def containerd_config(state, loaded, line_bin):
+    """The composed config, the dropin beside it, plus the lab's own keys (printed)."""
+    cdi_dir = path("cdi")
+    table = lab.V3_RUNTIME if loaded.schema >= 3 else lab.V2_CRI
+    extra = [lab.Override(table, "cdi_spec_dirs", [cdi_dir], "the lab's CDI spec dir instead of /etc/cdi, /var/run/cdi", "set"),
+             lab.Override(table, "enable_cdi", True, "CDI on (containerd 2.x's default; written for the record)", "set")]
+    text, applied = lab.apply_lab_overrides(loaded.config_text, "2.x", run_pods=True, opt_path=path("opt"), extra=extra)
+    if loaded.dropin:
+        dropin_text, _ = lab.apply_lab_overrides(loaded.dropin[1], "2.x", run_pods=True, only_runtimes=True)
+        with open(loaded.dropin[0], "w", encoding="utf-8") as handle:
+            handle.write(dropin_text)
+    config_path = path("containerd", "config.toml")
+    with open(config_path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    state["containerd_overrides"] = ["%s %s = %r: %s" % (".".join(o.table or ("runtimes.*.options",)), o.key, o.value, o.why)
+                                     for o in applied]
+    return config_path
+
+
+def nvidia_runtime_config(toolkit_bin):
+    """NVIDIA's runtime config, private to the lab (NVIDIA_CTK_CONFIG_FILE_PATH)."""
+    config = path("nvidia", "config.toml")
+    with open(config, "w", encoding="utf-8") as handle:
+        handle.write(textwrap.dedent("""\
+            # the lab's NVIDIA Container Runtime config (never /etc): cdi mode, the lab's spec dir
+            [nvidia-container-runtime]
+            debug = "{log}"
+            log-level = "debug"
+            mode = "cdi"
+            runtimes = ["runc"]
+            [nvidia-container-runtime.modes.cdi]
+            default-kind = "{kind}"
+            spec-dirs = ["{cdi}"]
+            annotation-prefixes = ["cdi.k8s.io/"]
+            [nvidia-container-runtime-hook]
+            path = "{hook}"
+            [nvidia-ctk]
+            path = "{ctk}"
+            """).format(log=path("logs", "nvidia-container-runtime.log"), kind=CDI_KIND, cdi=path("cdi"),
+                        hook=os.path.join(toolkit_bin, "nvidia-container-runtime-hook"),
+                        ctk=os.path.join(toolkit_bin, "nvidia-ctk")))
+    return config
+
+
+def fake_devices(gpus):
+    """Character devices 195:<n> in the lab dir and the CDI spec that names them /dev/nvidia<n>."""
+    dev_dir = path("dev")
+    os.makedirs(dev_dir)
+    devices = []
+    for index in range(gpus):
+        node = os.path.join(dev_dir, "nvidia%d" % index)
+        os.mknod(node, 0o666 | 0o020000, os.makedev(NVIDIA_MAJOR, index))
+        devices.append({"name": str(index), "containerEdits": {"deviceNodes": [
+            {"path": "/dev/nvidia%d" % index, "hostPath": node, "type": "c", "major": NVIDIA_MAJOR, "minor": index}]}})
+    spec = {"cdiVersion": "0.5.0", "kind": CDI_KIND, "devices": devices,
+            "containerEdits": {"env": ["K3S_GPU_LAB_CDI=1"]}}
+    os.makedirs(path("cdi"))
+    with open(path("cdi", "nvidia-lab.json"), "w", encoding="utf-8") as handle:
+        json.dump(spec, handle, indent=2)
+
+
+def kubelet_config(state, minor):
+    config = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+        "address": "127.0.0.1", "port": PORTS["kubelet"], "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1", "healthzPort": PORTS["kubelet-healthz"],
+        "tlsCertFile": path("pki", "kubelet-serving.crt"), "tlsPrivateKeyFile": path("pki", "kubelet-serving.key"),
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                           "x509": {"clientCAFile": path("pki", "ca.crt")}},
+        "authorization": {"mode": "Webhook"},
+        "cgroupDriver": "cgroupfs", "cgroupRoot": "/" + CGROUP_NAME, "cgroupsPerQOS": True,
+        "enforceNodeAllocatable": ["pods"],
+        "failSwapOn": False, "failCgroupV1": False,
+        "containerRuntimeEndpoint": "unix://" + state["containerd_socket"],
+        "imageServiceEndpoint": "unix://" + state["containerd_socket"],
+        "podLogsDir": path("pod-logs"),
+        "resolvConf": "", "clusterDomain": "cluster.local",
+        "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+        "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+        "serializeImagePulls": False, "registerNode": True, "maxPods": 30,
+        "localStorageCapacityIsolation": False,
+        "protectKernelDefaults": False, "makeIPTablesUtilChains": False,
+        "staticPodPath": "", "syncFrequency": "5s", "fileCheckFrequency": "5s",
+        "nodeStatusUpdateFrequency": "5s",
+    }
+    if minor == "1.34":
+        config["failCgroupV1"] = False
+    target = path("kubelet", "config.yaml")
+    with open(target, "w", encoding="utf-8") as handle:
+        json.dump(config, handle, indent=2)
+    return target
+
+
+def cni_config(node):
+    """A loopback-only network (no bridge, no iptables): containerd reports the network ready."""
+    plugin_dir = node + "/cni/bin"
+    for plugin in ("loopback", "host-local"):
+        source = "/usr/lib/cni/" + plugin
+        if not os.path.exists(source):
+            raise LabError("%s missing: apt-get install containernetworking-plugins (scripts/cluster-lab.sh does)" % source)
+        shutil.copy2(source, os.path.join(plugin_dir, plugin))
+    with open(node + "/cni/net.d/10-lab.conflist", "w", encoding="utf-8") as handle:
+        json.dump({"cniVersion": "1.0.0", "name": "lab", "plugins": [{"type": "loopback"}]}, handle)
+
+
+# ------------------------------------------------------------------ up
+def up(minor, release, gpus, strategy):  # pylint: disable=too-many-locals,too-many-statements
+    stale = read_state()
+    if stale is not None:
+        running = [name for name, record in stale.get("processes", {}).items() if _alive(record)]
+        if running:
+            raise LabError("a cluster lab already runs in %s (%s); `scripts/cluster-lab.sh down` first"
+                           % (LAB_DIR, ", ".join(running)))
+        log("cluster lab: cleaning what a stopped or killed run left in %s" % LAB_DIR)
+        problems = down(quiet=True)
+        if problems:
+            raise LabError("the previous lab could not be cleaned: %s" % "; ".join(problems))
+    elif marked_pids() or _cgroup_dirs():
+        log("cluster lab: cleaning processes/cgroups a killed run left (no state file)")
+        down(quiet=True)
+    check_free()
+    started = time.monotonic()
+    build_key, default_release = KUBERNETES[minor]
+    release = release or default_release
+    profile = distro.profile(distro.K3S, release)
+    line_key = {"2.2": "containerd-2.2", "2.3": "containerd-2.3"}.get(profile["containerd"])
+    if line_key is None:
+        raise LabError("--release %s embeds containerd %s; the lab runs the 2.2 and 2.3 lines (k3s/rke2 1.33.10+)"
+                       % (release, profile["containerd"]))
+    keys = (build_key, "kine", line_key, "nvidia-container-toolkit", "device-plugin-testdouble")
+    for key in keys:
+        testbins.ensure(key, log=log)
+    binaries = {name: testbins.path_of(build_key, name)
+                for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl")}
+    binaries.update(kine=testbins.path_of("kine", "kine"), containerd=testbins.path_of(line_key, "containerd"),
+                    ctr=testbins.path_of(line_key, "ctr"),
+                    device_plugin=testbins.path_of("device-plugin-testdouble", "device-plugin-testdouble"))
+    toolkit_bin = os.path.dirname(testbins.path_of("nvidia-container-toolkit", "nvidia-ctk"))
+
+    os.makedirs(LAB_DIR, mode=0o700)
+    for sub in ("logs", "containerd", "nvidia", "kine", "kubelet", "pod-logs", "opt"):
+        os.makedirs(path(sub))
+    state = {"lab_dir": LAB_DIR, "kubernetes": minor, "release": release, "gpus": gpus, "strategy": strategy,
+             "binaries": binaries, "processes": {}, "containerd_line": line_key,
+             "containerd_socket": path("containerd", "c.sock"),
+             "before": {"run_entries": _run_entries(), "run_dirs": [d for d in RUN_DIRS if os.path.isdir(d)]}}
+    write_state(state)
+    for controller in os.listdir(CGROUP_ROOT):
+        base = os.path.join(CGROUP_ROOT, controller)
+        if os.path.isdir(base) and os.path.ismount(base):
+            os.makedirs(os.path.join(base, CGROUP_NAME), exist_ok=True)
+
+    # the node: the collection's module on a sandbox root, composed as k3s composes it
+    loaded = sandbox_node(state, release, toolkit_bin)
+    cni_config(state["node"]["root"])
+    config_path = containerd_config(state, loaded, os.path.dirname(binaries["containerd"]))
+    runtime_config = nvidia_runtime_config(toolkit_bin)
+    fake_devices(gpus)
+    write_state(state)
+
+    # containerd, with the line's shim first on PATH; the NVIDIA runtime reads the lab's config
+    shim_dir = os.path.dirname(binaries["containerd"])
+    start(state, "containerd", [binaries["containerd"], "--config", config_path, "--root", path("containerd", "root"),
+                                "--state", path("containerd", "state"), "--address", state["containerd_socket"]],
+          env={"PATH": shim_dir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+               "NVIDIA_CTK_CONFIG_FILE_PATH": runtime_config})
+    wait_for("its socket", lambda: subprocess.run([binaries["ctr"], "-a", state["containerd_socket"], "version"],
+                                                   capture_output=True, check=False).returncode == 0,
+             state, "containerd", 30)
+    images = lab.build_images(path("images"))
+    for kind in ("busybox", "pause"):
+        subprocess.run([binaries["ctr"], "-a", state["containerd_socket"], "-n", "k8s.io", "images", "import",
+                        images[kind]], capture_output=True, check=True, timeout=60)
+    state["images"] = images["names"]
+
+    # datastore and control plane
+    start(state, "kine", [binaries["kine"], "--listen-address", "127.0.0.1:%d" % PORTS["kine"],
+                          "--endpoint", "sqlite://%s?_journal=WAL&cache=shared" % path("kine", "state.db")])
+    wait_for("port %d" % PORTS["kine"], lambda: port_taken(PORTS["kine"]), state, "kine", 30)
+    pki = path("pki")
+    make_certificates()
+    start(state, "kube-apiserver", [
+        binaries["kube-apiserver"], "--etcd-servers=http://127.0.0.1:%d" % PORTS["kine"],
+        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=%d" % PORTS["kube-apiserver"],
+        "--tls-cert-file=%s/apiserver.crt" % pki, "--tls-private-key-file=%s/apiserver.key" % pki,
+        "--client-ca-file=%s/ca.crt" % pki, "--service-cluster-ip-range=" + SERVICE_CIDR,
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        "--service-account-key-file=%s/sa.pub" % pki, "--service-account-signing-key-file=%s/sa.key" % pki,
+        "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction", "--allow-privileged=true",
+        "--kubelet-client-certificate=%s/apiserver-kubelet-client.crt" % pki,
+        "--kubelet-client-key=%s/apiserver-kubelet-client.key" % pki,
+        "--kubelet-certificate-authority=%s/ca.crt" % pki,
+        "--kubelet-preferred-address-types=InternalIP,Hostname", "--profiling=false",
+        "--cert-dir=%s/apiserver-certs" % pki, "--storage-backend=etcd3", "--watch-cache=false",
+    ])
+    wait_for("/readyz", lambda: _https_ok("https://127.0.0.1:%d/readyz" % PORTS["kube-apiserver"], path("pki", "ca.crt")),
+             state, "kube-apiserver")
+    start(state, "kube-controller-manager", [
+        binaries["kube-controller-manager"], "--kubeconfig=" + path("kube-controller-manager.kubeconfig"),
+        "--bind-address=127.0.0.1", "--secure-port=%d" % PORTS["kube-controller-manager"], "--leader-elect=false",
+        "--service-account-private-key-file=%s/sa.key" % pki, "--root-ca-file=%s/ca.crt" % pki,
+        "--use-service-account-credentials=false", "--cluster-cidr=10.42.0.0/16", "--allocate-node-cidrs=true",
+        "--node-cidr-mask-size=24", "--service-cluster-ip-range=" + SERVICE_CIDR,
+        "--controllers=*,-bootstrapsigner,-tokencleaner,-cloud-node-lifecycle,-route,-service",
+        "--cert-dir=%s/kcm-certs" % pki,
+    ])
+    start(state, "kube-scheduler", [
+        binaries["kube-scheduler"], "--kubeconfig=" + path("kube-scheduler.kubeconfig"), "--bind-address=127.0.0.1",
+        "--secure-port=%d" % PORTS["kube-scheduler"], "--leader-elect=false", "--cert-dir=%s/scheduler-certs" % pki,
+    ])
+
+    # kubelet, with the labels the collection wrote for k3s to pass (k3s passes node-label as --node-labels)
+    kubelet_cfg = kubelet_config(state, minor)
+    labels = state["node"]["labels"]
+    start(state, "kubelet", [
+        binaries["kubelet"], "--config=" + kubelet_cfg, "--kubeconfig=" + path("kubelet.kubeconfig"),
+        "--root-dir=" + path("kubelet", "root"), "--hostname-override=" + NODE_NAME, "--node-ip=127.0.0.1",
+        "--cert-dir=" + path("kubelet", "pki"), "--node-labels=" + ",".join(labels), "--v=2",
+    ])
+    socket_path = path("kubelet", "root", "device-plugins", "kubelet.sock")
+    wait_for("its device plugin socket", lambda: os.path.exists(socket_path), state, "kubelet")
+    start(state, "device-plugin", [binaries["device_plugin"], "--device-plugin-dir", os.path.dirname(socket_path),
+                                   "--gpus", str(gpus), "--strategy", strategy])
+    wait_for("node %s Ready with %d nvidia.com/gpu" % (NODE_NAME, gpus), lambda: node_ready(state, gpus), state, "kubelet")
+    kubectl(state, "patch", "node", NODE_NAME, "--type=merge", "-p", json.dumps({"spec": {"podCIDR": POD_CIDR}}), check=False)
+    shipped = release_runtimeclasses(state)
+    state["shipped_runtimeclasses"] = shipped
+    state["up_seconds"] = round(time.monotonic() - started, 1)
+    write_state(state)
+    log("cluster lab: Kubernetes %s (%s), containerd %s, node %s with %d fake GPU(s), strategy %s, up in %.1f s"
+        % (testbins.BUILDS[build_key].version, release, testbins.BUILDS[line_key].version, NODE_NAME, gpus, strategy,
+           state["up_seconds"]))
+    log("  lab-only containerd keys: %s" % "; ".join(state["containerd_overrides"]))
+    log("  RuntimeClasses as the release ships them: %s" % (", ".join(shipped) or "none"))
+    log("BUSYBOX_IMAGE=%s" % state["images"]["busybox"])
+    log("KUBECONFIG=%s" % path("kubeconfig"))
+    return state
+
+
+def node_ready(state, gpus):
+    node = json.loads(kubectl(state, "get", "node", NODE_NAME, "-o", "json"))
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", []))
+    return ready and node["status"].get("allocatable", {}).get("nvidia.com/gpu") == str(gpus)
+
+
+def release_runtimeclasses(state):
+    """The RuntimeClasses the release ships (k3s's runtimes.yaml), applied as its deploy controller would."""
+    names = distro.profile(distro.K3S, state["release"])["runtimeclasses"]
+    if not names:
+        return []
+    docs = [{"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name}, "handler": name}
+            for name in names]
+    kubectl(state, "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+    return names
+
+
+def status():
+    state = read_state()
+    if state is None:
+        log("cluster lab: not running (%s absent)" % LAB_DIR)
+        return 1
+    rc = 0
+    for name, record in sorted(state["processes"].items()):
+        alive = _alive(record)
+        rc |= 0 if alive else 1
+        log("%-24s %-8s pid %d  log %s" % (name, "running" if alive else "STOPPED", record["pid"], record["log"]))
+    log("KUBECONFIG=%s" % path("kubeconfig"))
+    return rc
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="cluster-lab.sh", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    up_parser = sub.add_parser("up", help="start the lab")
+    up_parser.add_argument("--kubernetes", choices=sorted(KUBERNETES), default="1.36")
+    up_parser.add_argument("--release", help="k3s release whose containerd config the node gets (default: the "
+                                             "Kubernetes line's own, %s)" % ", ".join(r for _k, r in KUBERNETES.values()))
+    up_parser.add_argument("--gpus", type=int, default=1)
+    up_parser.add_argument("--strategy", choices=("envvar", "cdi-cri"), default="envvar")
+    sub.add_parser("down", help="stop it and remove everything it made")
+    sub.add_parser("status", help="what runs")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        raise SystemExit("cluster-lab: needs root (kubelet, containerd, mknod, cgroups)")
+    try:
+        if args.command == "up":
+            if not 0 <= args.gpus <= 8:
+                raise LabError("--gpus must be between 0 and 8")
+            try:
+                up(args.kubernetes, args.release, args.gpus, args.strategy)
+            except BaseException:
+                log("cluster lab: start failed; stopping what was started")
+                if read_state() is not None and not os.environ.get("K3S_GPU_CLUSTER_LAB_KEEP"):
+                    down(quiet=True)
+                raise
+            return 0
+        if args.command == "down":
+            return 1 if down() else 0
+        return status()
+    except (LabError, testbins.BuildError) as exc:
+        print("cluster-lab: %s" % exc, file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

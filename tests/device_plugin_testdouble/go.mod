@@ -1,0 +1,17 @@
+// The cluster lab's test double of NVIDIA's device plugin (tests/testbins.py builds it).
+module k3s-gpu.test/device-plugin-testdouble
+
+go 1.26.0
+
+require (
+	google.golang.org/grpc v1.85.0
+	k8s.io/kubelet v0.36.3
+)
+
+require (
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
