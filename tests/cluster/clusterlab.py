@@ -75,7 +75,6 @@ NVIDIA_BINARIES = ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "
 NVIDIA_MAJOR = 195  # the character major of /dev/nvidia<N> (NVIDIA's driver)
 CDI_KIND = "nvidia.com/gpu"
 SERVICE_CIDR = "10.43.0.0/16"
-POD_CIDR = "10.42.0.0/24"
 START_TIMEOUT = 120
 
 
@@ -720,7 +719,6 @@ def up(minor, release, gpus, strategy):  # pylint: disable=too-many-locals,too-m
         "--service-account-private-key-file=%s/sa.key" % pki, "--root-ca-file=%s/ca.crt" % pki,
         "--use-service-account-credentials=false", "--cluster-cidr=10.42.0.0/16", "--allocate-node-cidrs=true",
         "--node-cidr-mask-size=24", "--service-cluster-ip-range=" + SERVICE_CIDR,
-        "--controllers=*,-bootstrapsigner,-tokencleaner,-cloud-node-lifecycle,-route,-service",
         "--cert-dir=%s/kcm-certs" % pki,
     ])
     start(state, "kube-scheduler", [
@@ -741,7 +739,6 @@ def up(minor, release, gpus, strategy):  # pylint: disable=too-many-locals,too-m
     start(state, "device-plugin", [binaries["device_plugin"], "--device-plugin-dir", os.path.dirname(socket_path),
                                    "--gpus", str(gpus), "--strategy", strategy])
     wait_for("node %s Ready with %d nvidia.com/gpu" % (NODE_NAME, gpus), lambda: node_ready(state, gpus), state, "kubelet")
-    kubectl(state, "patch", "node", NODE_NAME, "--type=merge", "-p", json.dumps({"spec": {"podCIDR": POD_CIDR}}), check=False)
     shipped = release_runtimeclasses(state)
     state["shipped_runtimeclasses"] = shipped
     state["up_seconds"] = round(time.monotonic() - started, 1)
