@@ -19,6 +19,7 @@ from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as template_check
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 
@@ -30,6 +31,12 @@ NEW_DIR_MODE = "0700"
 # Files of ours that may exist from an earlier run, by facts["files"] key.
 _OWN_DROPINS = ("dropin_v3", "dropin_v2", "dropin")
 _TEMPLATES = ("template_v3", "template_v2")
+
+
+def backup_prefix(node_path):
+    """Where the copies of node_path go (node_files adds .<time>~): under the collection's backup directory, never in a
+    directory that k3s, rke2 or containerd import."""
+    return distro.BACKUP_DIR + node_path
 
 
 def host_path(root, node_path):
@@ -84,6 +91,9 @@ def compute(facts, params):
     info = facts["files"].get(target["key"]) or {}
     current = info.get("content") if info.get("state") == "file" else None
     reader = _template_reader(facts, plan, params)
+    plan["backup"] = backup_prefix(target["path"]) if params.get("backup") else None
+    plan["release_tables"] = _release_tables(facts, plan)
+    plan["base_included"] = target["mode"] == planner.MODE_TEMPLATE and planner.template_includes_base(facts, target)
     if facts["distribution"] == distro.CONTAINERD and target["mode"] == planner.MODE_DROPIN:
         plan["inherited"] = _root_default_runtime(facts, plan, target["schema"])
     if reader is not None and reader.normalized is not None and target["mode"] == planner.MODE_TEMPLATE:
@@ -94,6 +104,8 @@ def compute(facts, params):
     after = applied.text
     plan["removed_for_base"], plan["removed_stale"] = applied.removed_for_base, applied.removed_stale
     _check_rendered(facts, plan, params, reader, current, after)
+    if plan.get("edit_warnings"):
+        plan.setdefault("warnings", []).extend(plan["edit_warnings"])  # what the edit itself changed of the user's
     if facts["distribution"] == distro.CONTAINERD and target["mode"] in (planner.MODE_CONFIG, planner.MODE_DROPIN):
         toml.check_plain_result(after, plan, target["path"], target["schema"])
     if facts["distribution"] == distro.CONTAINERD and plan["state"] == "present":
@@ -287,6 +299,27 @@ def _take_back(facts, plan, key, original, backup):
             " (a backup of it stays next to it)" if backup else ""))
     change = _change(facts, key, node_path, cleaned, "original")
     return change if change["before"] != change["after"] else None
+
+
+def _release_tables(facts, plan):
+    """{runtime name: its table as the release renders it} for each runtime the release renders into the template
+    target itself (k3s detects its binary); {} elsewhere."""
+    target = plan["target"]
+    if facts["distribution"] == distro.CONTAINERD or target["mode"] != planner.MODE_TEMPLATE:
+        return {}
+    renders = planner.release_renders(facts, target)
+    if not renders:
+        return {}
+    params = template_check.base_params(facts, facts["profile"], list(facts["release_runtimes"]), None)
+    _top, tables = k3s_base.base_tables(facts["profile"], target["schema"], params)
+    by_path = dict((tuple(path), dict(keys)) for path, keys in tables)
+    result = {}
+    for name in renders:
+        path = distro.runtime_table(target["schema"], name)
+        values = dict(by_path.get(path) or {"runtime_type": renders[name]["runtime_type"]})
+        values["options"] = by_path.get(path + ("options",)) or {"BinaryName": renders[name]["binary"]}
+        result[name] = values
+    return result
 
 
 def _root_default_runtime(facts, plan, schema):
