@@ -171,7 +171,12 @@ options:
     description: Write this node file instead of the one the plan picks (a C(.tmpl) is edited as a template, a file in a C(.d) directory as a drop-in).
     type: path
   backup:
-    description: Keep a timestamped copy of a file before changing or removing it.
+    description:
+      - Keep a timestamped copy of a file before changing or removing it, as
+        C(/var/backups/k3s-gpu-nvidia/<the file's own path>.<pid>.<date>@<time>~) (under O(root)), outside every
+        directory k3s, rke2 or containerd import; the newest 3 copies of each file are kept.
+      - A file only this module ever wrote (its drop-in, its default-runtime file, a file it created) is not copied
+        when it is removed.
     type: bool
     default: false
   target_release:

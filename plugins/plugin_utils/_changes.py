@@ -252,7 +252,10 @@ def own_files(facts, plan, changes, backup=False):
                 extra.append(_bookkeeping(facts, key, "record", None))  # a record alone is of no use
                 continue
             by_key[key] = _take_back(facts, plan, key, original, backup)
-            extra.append(_bookkeeping(facts, key, "orig", None))
+            orig = _bookkeeping(facts, key, "orig", None)
+            if orig is not None and facts["paths"][key] in (plan.get("changed_since_written") or ()) and backup:
+                orig["keep_copy"] = True  # the user's text from before the first edit is not put back: its copy stays
+            extra.append(orig)
             extra.append(_bookkeeping(facts, key, "record", None))
     result = [c for c in first if c is not None]
     for change in changes:
@@ -296,7 +299,7 @@ def _take_back(facts, plan, key, original, backup):
         "not put back: only the collection's runtime tables (%s) were taken out and every other edit is kept; that "
         "original is removed now%s [changed_since_written]" % (
             node_path, node_path + distro.ORIGINAL_SUFFIX, ", ".join(taken) or "none left",
-            " (a backup of it stays next to it)" if backup else ""))
+            " (a copy stays as %s.<time>~)" % backup_prefix(node_path + distro.ORIGINAL_SUFFIX) if backup else ""))
     change = _change(facts, key, node_path, cleaned, "original")
     return change if change["before"] != change["after"] else None
 
@@ -560,11 +563,43 @@ def _sha1(text):
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
+# the collection's own files, by change key: removing one needs no backup (nobody else ever wrote it)
+_OWN_KEYS = _OWN_DROPINS + ("default_runtime_file", "labels_file_legacy", "cdi_spec")
+
+
+def only_ours(change):
+    """Whether only the collection ever wrote this file: its drop-ins, default-runtime file, bookkeeping, generated
+    CDI spec, or a file it created (the managed header first)."""
+    before = change.get("before") or ""
+    return (change["key"] in _OWN_KEYS or change["key"].endswith(("_orig", "_record")) or bool(change.get("mode"))
+            or before.startswith((toml.MANAGED_HEADER, toml.MANAGED_YAML_HEADER)))
+
+
+def backup_fields(change, params):
+    """node_files' backup options for one change: the copy goes under BACKUP_DIR (never into a directory k3s, rke2 or
+    containerd import), the newest BACKUP_KEEP per file are kept; a file only the collection wrote is not copied when
+    it is removed; the role's take-back (state absent) keeps no copy at all and drops the earlier ones of each file it
+    puts back or removes, so the node ends as it was before the first converge."""
+    root = change["path"][:len(change["path"]) - len(change["node_path"])]
+    fields = {"backup_to": root + backup_prefix(change["node_path"]), "backup_root": root + distro.BACKUP_DIR,
+              "backup_keep": distro.BACKUP_KEEP}
+    if change.get("keep_copy"):
+        fields["backup"] = True
+    elif params.get("_own_files") and params.get("state") == "absent":
+        fields.update(backup=False, drop_backups=True)
+    elif change["after"] is None and only_ours(change):
+        fields["backup"] = False
+    else:
+        fields["backup"] = bool(params["backup"])
+    return fields
+
+
 def write_entry(change, params):
     """One k3s_gpu.nvidia.node_files entry: the new text (or removal) and the text it was computed from."""
-    entry = {"path": change["path"], "backup": params["backup"], "directory_mode": NEW_DIR_MODE,
+    entry = {"path": change["path"], "directory_mode": NEW_DIR_MODE,
              "expected_state": "file" if change["exists"] else "absent",
              "expected_sha1": (change.get("sha1") or _sha1(change["before"])) if change["exists"] else None}
+    entry.update(backup_fields(change, params))
     if change["after"] is None:
         entry["state"] = "absent"
         if change.get("remove_empty_parent"):

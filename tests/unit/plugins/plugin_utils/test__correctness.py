@@ -9,12 +9,17 @@ never executes; an absent run leaves the node as it was; new runtimes inherit fr
 
 from __future__ import annotations
 
+import json
+import os
 import tomllib
 
 import pytest
 
+from ansible.module_utils.testing import patch_module_args
+
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
+from ansible_collections.k3s_gpu.nvidia.plugins.modules import node_files
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 
@@ -192,3 +197,80 @@ def test_default_runtime_and_enable_cdi_in_a_template_without_base(sandbox):
     facts = k3s_node(sandbox, with_base, release="v1.29.4+k3s1")
     with pytest.raises(planner.PlanError, match="base template already emits"):
         changes.compute(facts, {"state": "present", "default_runtime": "nvidia-legacy"})
+
+
+# --- 3. gpu_node_state: absent gives the node back as it was ------------------------------------------------
+
+def _node_files(capsys, entries):
+    """Apply entries with node_files itself, as the role does (one execution)."""
+    args = {"files": entries}
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            node_files.main()
+    result = json.loads(capsys.readouterr().out)
+    assert not result.get("failed"), result
+    return result
+
+
+def _role_run(sandbox, capsys, state, release, runtimes=None):
+    facts = detect.gather(sandbox.root, "k3s", release, binaries=[r["binary"] for r in runtimes or []])
+    params = {"state": state, "handler_labels": True, "_own_files": True, "backup": True, "runtimes": runtimes}
+    plan, file_changes = changes.compute(facts, params)
+    entries = [changes.write_entry(c, dict(params, validate=None)) for c in file_changes]
+    return plan, file_changes, _node_files(capsys, entries) if entries else None
+
+
+USER_V3 = ('{{ template "base" . }}\n\n# mine\n[%s.runtimes.mine]\n  runtime_type = "io.containerd.runc.v2"\n' % V3)
+
+
+@pytest.mark.parametrize("release, user_files", [
+    ("v1.33.10+k3s1", {}),  # the issue's node: drop-ins only, nothing of the user's
+    # the mirrors: a file of the user's before the first converge, one edited in place (v1.32.2 has no drop-ins)
+    ("v1.33.10+k3s1", {"/etc/rancher/k3s/config.yaml.d/10-mine.yaml": "node-label: [site=a]\n"}),
+    ("v1.32.2+k3s1", {"/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl": USER_V3}),
+])
+def test_absent_gives_the_node_back_byte_for_byte(sandbox, capsys, release, user_files):
+    sandbox.k3s("k3s", "package")
+    sandbox.mkdir("/run/systemd/system")
+    for path, text in user_files.items():
+        sandbox.write(path, text)
+    before = sandbox.snapshot()
+    _role_run(sandbox, capsys, "present", release)
+    # a second converge that changes the files (one runtime less): backups are made, outside imported directories
+    _plan, _changes, written = _role_run(sandbox, capsys, "present", release, runtimes=[
+        {"name": "nvidia-legacy", "binary": "/usr/bin/nvidia-container-runtime.legacy"}])
+    copies = [f["backup_file"] for f in written["files"] if f.get("backup_file")]
+    assert copies and all(c.startswith(sandbox.root + "/var/backups/k3s-gpu-nvidia/") for c in copies)
+    assert all(c.endswith("~") for c in copies)
+    plan, file_changes, result = _role_run(sandbox, capsys, "absent", release)
+    assert all(not f.get("backup_file") for f in result["files"])
+    assert sandbox.snapshot() == before
+    assert not sandbox.exists("/var/backups/k3s-gpu-nvidia")
+    assert _role_run(sandbox, capsys, "absent", release)[1] == []
+
+
+def test_removing_a_file_only_the_collection_wrote_keeps_no_copy(sandbox):
+    change = {"key": "dropin_v3", "node_path": "/x/50-k3s-gpu-nvidia.toml", "path": "/r/x/50-k3s-gpu-nvidia.toml",
+              "before": toml.MANAGED_HEADER + "\n", "after": None, "exists": True}
+    entry = changes.write_entry(change, {"backup": True, "validate": None})
+    assert entry["backup"] is False
+    user = dict(change, key="config", node_path="/etc/containerd/config.toml", path="/r/etc/containerd/config.toml",
+                before="version = 2\n", after="version = 2\n[x]\n")
+    entry = changes.write_entry(user, {"backup": True, "validate": None})
+    assert entry["backup"] is True and entry["backup_keep"] == 3
+    assert entry["backup_to"] == "/r/var/backups/k3s-gpu-nvidia/etc/containerd/config.toml"
+
+
+def test_backups_are_pruned_to_the_newest(tmp_path, capsys):
+    target = tmp_path / "etc" / "config.toml"
+    target.parent.mkdir()
+    backup_to = str(tmp_path / "var" / "backups" / "k3s-gpu-nvidia" / "etc" / "config.toml")
+    made = []
+    for number in range(5):
+        target.write_text("v%d\n" % number)
+        result = _node_files(capsys, [{"path": str(target), "content": "v%d\n" % (number + 1), "backup": True,
+                                       "backup_to": backup_to, "backup_keep": 3}])
+        made.append(result["files"][0]["backup_file"])
+        os.utime(made[-1], (number, number))  # distinct ages, whatever the clock's resolution
+    kept = sorted(os.listdir(os.path.dirname(backup_to)))
+    assert len(kept) == 3 and all(k.startswith("config.toml.") and k.endswith("~") for k in kept)
