@@ -94,8 +94,8 @@ def compute(facts, params):
     plan["backup"] = backup_prefix(target["path"]) if params.get("backup") else None
     plan["release_tables"] = _release_tables(facts, plan)
     plan["base_included"] = target["mode"] == planner.MODE_TEMPLATE and planner.template_includes_base(facts, target)
-    if facts["distribution"] == distro.CONTAINERD and target["mode"] == planner.MODE_DROPIN:
-        plan["inherited"] = _root_default_runtime(facts, plan, target["schema"])
+    if target["mode"] == planner.MODE_DROPIN:
+        plan["inherited"] = _layered_default_runtime(facts, plan, target)
     if reader is not None and reader.normalized is not None and target["mode"] == planner.MODE_TEMPLATE:
         current = reader.normalized  # opted in: the edit starts from the clean text (BOM and CR removed)
     # a template is checked whole right after (_check_rendered), composed with the base it really gets
@@ -104,6 +104,9 @@ def compute(facts, params):
     after = applied.text
     plan["removed_for_base"], plan["removed_stale"] = applied.removed_for_base, applied.removed_stale
     _check_rendered(facts, plan, params, reader, current, after)
+    note = toml.inheritance_note(plan.get("inherited_from")) if plan["state"] == "present" and plan["write"] else None
+    if note:
+        plan["notes"].append(note)
     if plan.get("edit_warnings"):
         plan.setdefault("warnings", []).extend(plan["edit_warnings"])  # what the edit itself changed of the user's
     if facts["distribution"] == distro.CONTAINERD and target["mode"] in (planner.MODE_CONFIG, planner.MODE_DROPIN):
@@ -325,17 +328,51 @@ def _release_tables(facts, plan):
     return result
 
 
-def _root_default_runtime(facts, plan, schema):
-    """The default runtime's table in the root config a plain-containerd drop-in sits beside."""
-    config = facts["files"].get("config") or {}
-    if config.get("state") != "file" or config.get("content") is None:
-        return None
-    try:
-        data = toml.loads(config["content"])
-    except tomllib.TOMLDecodeError as exc:
-        raise toml.TomlEditError("%s: %s [toml_invalid]; containerd cannot load it either. Fix that line; nothing "
-                                 "was written" % (config["path"], exc))
-    return toml.inherited_runtime(data, schema, toml.own_runtime_names(plan))
+def _deep_merge(into, layer):
+    """containerd's merge of an imported file over what it read before: tables key by key, values replaced."""
+    for key, value in layer.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _deep_merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)
+    return into
+
+
+def _layered_default_runtime(facts, plan, target):
+    """The default runtime's table as containerd sees it around our drop-in: the root config (plain containerd) or the
+    base k3s renders with the user's template (k3s/rke2), then every other drop-in of the directory in import order.
+    A drop-in or template that makes another runtime the default is followed (nvidia-ctk's rule)."""
+    schema = target["schema"]
+    layers = []
+    if facts["distribution"] == distro.CONTAINERD:
+        config = facts["files"].get("config") or {}
+        if config.get("state") == "file" and config.get("content") is not None:
+            try:
+                layers.append(toml.loads(config["content"]))
+            except tomllib.TOMLDecodeError as exc:
+                raise toml.TomlEditError("%s: %s [toml_invalid]; containerd cannot load it either. Fix that line; "
+                                         "nothing was written" % (config["path"], exc))
+    else:
+        params = template_check.base_params(facts, facts["profile"], list(facts["release_runtimes"]),
+                                            _flag_default_runtime(facts, plan))
+        layers.append(toml.loads(k3s_base.render_base(facts["profile"], schema, params)))
+        template = facts["files"].get(target.get("template") or "") or {}
+        if template.get("content"):
+            try:
+                layers.append(toml.loads(toml.mask_template(template["content"], template["path"])[0]))
+            except (tomllib.TOMLDecodeError, toml.TomlEditError):
+                pass  # the template check names what is wrong with it
+    directory = target["path"].rsplit("/", 1)[0] + "/"
+    for info in facts.get("other_dropins") or []:
+        if info.get("path", "").startswith(directory) and info.get("content") is not None:
+            try:
+                layers.append(toml.loads(info["content"]))
+            except tomllib.TOMLDecodeError:
+                continue  # containerd refuses it at start whatever this task does; not a source
+    merged = {}
+    for layer in layers:
+        _deep_merge(merged, layer)
+    return toml.inherited_runtime(merged, schema, toml.own_runtime_names(plan))
 
 
 def _effective_runtimes(facts, target, after):
@@ -515,6 +552,7 @@ def result_fields(facts, plan):
         "runtimes_written": [{"name": r["name"], "binary": r["binary"], "runtime_type": r["runtime_type"]} for r in plan["write"]]
         if plan["state"] == "present" else [],
         "runtimes_skipped": plan["skip"],
+        "inherited_from": _inherited_result(plan),
         "runtimes_removed": sorted(set(plan["remove"] if plan["state"] == "absent" else []) | set(plan.get("removed_for_base") or [])
                                    | set(plan.get("removed_stale") or [])),
         "default_runtime": plan["default_runtime"],
@@ -527,6 +565,14 @@ def result_fields(facts, plan):
         "upgrade_findings": plan.get("upgrade_findings") or [],
         "upgrade_messages": plan.get("upgrade_messages") or [],
     }
+
+
+def _inherited_result(plan):
+    inherited = plan.get("inherited_from") if plan["state"] == "present" and plan["write"] else None
+    if not inherited:
+        return None
+    return {"runtime": inherited["name"], "default_runtime": inherited.get("default"), "fallback": inherited.get("fallback"),
+            "keys": sorted(inherited["keys"]), "options": sorted(inherited["options"])}
 
 
 def given_facts(params, binaries):

@@ -285,16 +285,35 @@ def inherited_runtime(data, schema, own=()):
     runtimes = containerd.get("runtimes") if isinstance(containerd, dict) else None
     if not isinstance(runtimes, dict):
         return None
-    name = containerd.get("default_runtime_name") or "runc"
-    table = runtimes.get(name)
-    if (name in own or not isinstance(table, dict)
-            or table.get("runtime_type", distro.RUNC_V2) not in RUNC_SHIMS):
+    default = containerd.get("default_runtime_name") or "runc"
+    name, table = default, runtimes.get(default)
+    fallback = None
+    if name in own:
+        fallback = "the default runtime %s is one this module writes" % name
+    elif not isinstance(table, dict):
+        fallback = "the default runtime %s has no table in the config" % name
+    elif table.get("runtime_type", distro.RUNC_V2) not in RUNC_SHIMS:
+        fallback = "the default runtime %s is not a runc shim (runtime_type %s)" % (name, table.get("runtime_type"))
+    if fallback:
         name, table = "runc", runtimes.get("runc")
     if not isinstance(table, dict):
         return None
     options = table.get("options")
     options = dict((k, v) for k, v in options.items() if k != "BinaryName") if isinstance(options, dict) else {}
-    return {"name": name, "keys": dict((k, v) for k, v in table.items() if k not in NOT_INHERITED), "options": options}
+    return {"name": name, "keys": dict((k, v) for k, v in table.items() if k not in NOT_INHERITED), "options": options,
+            "default": default, "fallback": fallback}
+
+
+def inheritance_note(inherited):
+    """What the result says about where new runtimes took their settings from (None: nowhere)."""
+    if not inherited:
+        return None
+    copied = sorted(inherited["keys"]) + ["options.%s" % k for k in sorted(inherited["options"])]
+    text = "new runc-shim runtimes start from the table of %s (%s)" % (
+        inherited["name"], ", ".join(copied) if copied else "nothing to copy")
+    if inherited.get("fallback"):
+        text += ": runc's, because %s" % inherited["fallback"]
+    return text
 
 
 def render_runtime_blocks(schema, runtimes, systemd_cgroup_default=None):
@@ -613,6 +632,7 @@ def _edit_present(edit, lines, data, tables, originals, plan, profile, created_b
     # the runtimes start from the default runtime's table: the file's own (plain containerd, or a
     # template that declares runc itself), else the one the plan brings (a drop-in's root config)
     inherited = inherited_runtime(data, schema, own_runtime_names(plan)) or plan.get("inherited")
+    plan["inherited_from"] = inherited
     stale = []
     if created_by_us and not plan.get("runtimes_explicit"):
         # our own file holds exactly the NVIDIA runtimes still wanted: a block whose binary went away
@@ -835,6 +855,7 @@ def _render_dropin(plan, schema):
     if plan.get("default_runtime") and plan["default_runtime"]["how"] == "toml":
         items.append((distro.containerd_table(schema), {"default_runtime_name": plan["default_runtime"]["name"]}))
     inherited = plan.get("inherited")
+    plan["inherited_from"] = inherited
     systemd_default = plan.get("systemd_cgroup_default", False if inherited is not None else None)
     for runtime in plan["write"]:
         items.extend(runtime_items(schema, runtime, systemd_default, inherited))

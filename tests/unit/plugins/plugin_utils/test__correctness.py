@@ -274,3 +274,114 @@ def test_backups_are_pruned_to_the_newest(tmp_path, capsys):
         os.utime(made[-1], (number, number))  # distinct ages, whatever the clock's resolution
     kept = sorted(os.listdir(os.path.dirname(backup_to)))
     assert len(kept) == 3 and all(k.startswith("config.toml.") and k.endswith("~") for k in kept)
+
+
+# --- 4. new runtimes inherit from the default runtime ---------------------------------------------------------
+
+CONFIG = "/etc/containerd/config.toml"
+NVIDIA = ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy")
+CRUN_DEFAULT = """version = 3
+[%(t)s]
+  default_runtime_name = "crun"
+[%(t)s.runtimes.crun]
+  runtime_type = "io.containerd.runc.v2"
+  privileged_without_host_devices = true
+[%(t)s.runtimes.crun.options]
+  BinaryName = "/usr/bin/crun"
+  SystemdCgroup = false
+[%(t)s.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[%(t)s.runtimes.runc.options]
+  SystemdCgroup = true
+""" % {"t": V3}
+
+
+def plain_node(sandbox, text, dropins=None, release="2.1.9"):
+    sandbox.binary("/usr/bin/containerd")
+    for binary in NVIDIA:
+        sandbox.binary("/usr/bin/" + binary)
+    sandbox.write(CONFIG, text)
+    for name, dropin in (dropins or {}).items():
+        sandbox.write("/etc/containerd/conf.d/" + name, dropin)
+    return detect.gather(sandbox.root, "containerd", release)
+
+
+def nvidia_tables(text, schema=3):
+    runtimes = runtimes_of(text, schema)
+    return dict((name, runtimes[name]) for name in ("nvidia", "nvidia-cdi", "nvidia-legacy") if name in runtimes)
+
+
+@pytest.mark.parametrize("default, systemd, privileged, fallback", [
+    ("crun", False, True, None),                                       # the issue's node
+    ("runc", True, None, None),                                        # the mirror: the default is runc
+    ("kata", True, None, "the default runtime kata is not a runc shim"),
+    ("missing", True, None, "the default runtime missing has no table"),
+])
+def test_plain_containerd_inherits_from_the_default_runtime(sandbox, default, systemd, privileged, fallback):
+    text = CRUN_DEFAULT.replace('default_runtime_name = "crun"', 'default_runtime_name = "%s"' % default)
+    if default == "kata":
+        text += '[%s.runtimes.kata]\n  runtime_type = "io.containerd.kata.v2"\n  privileged_without_host_devices = true\n' % V3
+    plan, file_changes = changes.compute(plain_node(sandbox, text), {"state": "present"})
+    for name, table in nvidia_tables(file_changes[0]["after"]).items():
+        assert table["options"]["SystemdCgroup"] is systemd, name
+        assert table["options"]["BinaryName"].startswith("/usr/bin/nvidia-container-runtime")  # never crun's
+        assert table.get("privileged_without_host_devices") is privileged, name
+    source = changes.result_fields({"distribution": "containerd", "release": "2.1.9"}, plan)["inherited_from"]
+    assert source["runtime"] == ("crun" if default == "crun" else "runc")
+    assert source["default_runtime"] == default
+    assert (source["fallback"] is None) == (fallback is None)
+    if fallback:
+        assert fallback in source["fallback"]
+        assert any("runc's, because " + fallback in note for note in plan["notes"])
+
+
+def test_a_plain_dropin_follows_another_dropin_that_names_the_default(sandbox):
+    root = 'version = 3\nimports = ["/etc/containerd/conf.d/*.toml"]\n' + CRUN_DEFAULT.split("\n", 1)[1].replace(
+        'default_runtime_name = "crun"', 'default_runtime_name = "runc"')
+    dropin = 'version = 3\n[%s]\n  default_runtime_name = "crun"\n' % V3
+    plan, file_changes = changes.compute(plain_node(sandbox, root, {"10-default.toml": dropin}), {"state": "present"})
+    assert plan["target"]["mode"] == planner.MODE_DROPIN
+    nvidia = nvidia_tables(file_changes[0]["after"])["nvidia"]
+    assert nvidia["options"]["SystemdCgroup"] is False and nvidia["privileged_without_host_devices"] is True
+
+
+CRUN_DROPIN_K3S = """[%(t)s]
+  default_runtime_name = "crun"
+[%(t)s.runtimes.crun]
+  runtime_type = "io.containerd.runc.v2"
+  privileged_without_host_devices = true
+[%(t)s.runtimes.crun.options]
+  BinaryName = "/usr/bin/crun"
+  SystemdCgroup = false
+""" % {"t": V3}
+
+
+def test_k3s_dropin_follows_a_users_dropin_that_makes_another_runtime_the_default(sandbox):
+    sandbox.k3s("k3s", "package")
+    sandbox.mkdir("/run/systemd/system")
+    sandbox.write("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/10-crun.toml", CRUN_DROPIN_K3S)
+    plan, file_changes = changes.compute(detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1"), {"state": "present"})
+    assert plan["target"]["mode"] == planner.MODE_DROPIN
+    legacy = nvidia_tables(file_changes[0]["after"])["nvidia-legacy"]
+    assert legacy["options"] == {"BinaryName": "/usr/bin/nvidia-container-runtime.legacy", "SystemdCgroup": False}
+    assert legacy["privileged_without_host_devices"] is True
+
+
+def test_k3s_template_that_makes_another_runtime_the_default(sandbox):
+    sandbox.k3s("k3s", "package")
+    sandbox.mkdir("/run/systemd/system")
+    sandbox.write("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl", '{{ template "base" . }}\n\n' + CRUN_DROPIN_K3S)
+    plan, file_changes = changes.compute(detect.gather(sandbox.root, "k3s", "v1.32.2+k3s1"), {"state": "present"})
+    assert plan["target"]["mode"] == planner.MODE_TEMPLATE
+    legacy = nvidia_tables(file_changes[0]["after"])["nvidia-legacy"]
+    assert legacy["options"]["SystemdCgroup"] is False and legacy["privileged_without_host_devices"] is True
+
+
+def test_k3s_without_another_default_keeps_k3s_systemd_cgroup(sandbox):
+    # the mirror: nothing names another default, so the new runtimes get SystemdCgroup as k3s gives its own
+    sandbox.k3s("k3s", "package")
+    sandbox.mkdir("/run/systemd/system")
+    plan, file_changes = changes.compute(detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1"), {"state": "present"})
+    legacy = nvidia_tables(file_changes[0]["after"])["nvidia-legacy"]
+    assert legacy["options"] == {"BinaryName": "/usr/bin/nvidia-container-runtime.legacy", "SystemdCgroup": True}
+    assert "privileged_without_host_devices" not in legacy
