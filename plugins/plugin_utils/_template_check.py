@@ -682,6 +682,9 @@ def analyze(output, schema, profile, note="", base_lines=(), user_tables=None):
             message = "[%s] is already emitted by the base template of %s %s%s; containerd refuses the config " \
                       "(`table %s already exists`) and k3s restarts in a loop" % (
                           name, profile["distribution"], profile["release"], note, path[-1])
+            differs = _table_differences(lines, user[-1], in_base[0])
+            if differs:
+                message += "; your settings there that differ from what the release renders: %s" % ", ".join(differs)
             fix = _duplicate_fix(path, schema, profile)
         else:
             message = "[%s] is declared %d times%s" % (name, len(declared), note)
@@ -732,6 +735,24 @@ def analyze(output, schema, profile, note="", base_lines=(), user_tables=None):
     return findings
 
 
+def _table_body(lines, table):
+    try:
+        return tomllib.loads("\n".join(lines[table.start + 1:table.content_end]))
+    except tomllib.TOMLDecodeError:
+        return None
+
+
+def _table_differences(lines, user, base):
+    """`key mine \u2192 theirs` for each key of the user's declaration of a table that the base's declares otherwise
+    or not at all (what the user would lose by taking their table out)."""
+    mine, theirs = _table_body(lines, user), _table_body(lines, base)
+    if mine is None or theirs is None:
+        return []
+    return ["%s %s \u2192 %s" % (key, toml._value_text(mine[key]), toml._value_text(theirs.get(key)))
+            for key in sorted(mine) if not isinstance(mine[key], dict)
+            and not (mine[key] == theirs.get(key) and type(mine[key]) is type(theirs.get(key)))]
+
+
 def _header_text(path):
     return ".".join(p if re.match(r"^[A-Za-z0-9_-]+$", p) else '"%s"' % p for p in path)
 
@@ -742,8 +763,12 @@ def _duplicate_fix(path, schema, profile):
     if path[:len(runtimes_prefix)] == runtimes_prefix and len(path) > len(runtimes_prefix):
         name = path[len(runtimes_prefix)]
     if name and name not in ("runc", "runhcs-wcow-process"):
-        return ("k3s renders runtime %s itself once it detects its binary: remove your table, or give your runtime "
-                "another name (such as %s-custom)" % (name, name))
+        fix = ("k3s renders runtime %s itself once it detects its binary: remove your table, or give your runtime "
+               "another name (such as %s-custom)" % (name, name))
+        if profile.get("dropin_imports"):
+            fix += ("; to keep settings on the release's own %s table, put only those keys into a drop-in %s/<name>.toml "
+                    "(containerd merges it over the base)" % (name, distro.DROPIN_DIRS[3 if schema >= 3 else 2]))
+        return fix
     if profile.get("dropin_imports"):
         return "move your keys of that table into a drop-in %s/<name>.toml (containerd merges it) and remove the table here" % (
             distro.DROPIN_DIRS[3 if schema >= 3 else 2])

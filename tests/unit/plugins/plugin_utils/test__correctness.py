@@ -126,6 +126,19 @@ def test_the_rule_holds_for_every_runtime_the_release_renders(sandbox):
     assert "options.NoNewKeyring true \u2192 (unset)" in str(info.value)
 
 
+def test_on_a_dropin_release_the_refusal_names_the_settings_and_the_dropin_way(sandbox):
+    # v1.33.10: only a drop-in is written, the template is checked whole; the same rule, the same facts
+    sandbox.k3s("k3s", "package")
+    sandbox.mkdir("/run/systemd/system")
+    template = USER_NVIDIA.replace(V2, V3)
+    sandbox.write("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl", template)
+    with pytest.raises(toml.TomlEditError) as info:
+        changes.compute(detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1"), {"state": "present"})
+    message = str(info.value)
+    assert "SystemdCgroup false \u2192 true" in message and "nvidia-custom" in message
+    assert "put only those keys into a drop-in config-v3.toml.d/<name>.toml" in message
+
+
 def test_a_block_exactly_as_this_module_writes_it_goes_when_the_release_renders_it(sandbox):
     # the mirror: our own block from before k3s detected the runtime (same values as the release's) is taken out
     ours = USER_NVIDIA.replace("SystemdCgroup = false", "SystemdCgroup = true")
