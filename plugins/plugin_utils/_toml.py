@@ -672,7 +672,7 @@ def _update_runtime(edit, lines, data, tables, templated, runtime, items, file_p
 
     A table in a file of the user's keeps every setting the task does not ask for by name: runtime_type and
     BinaryName are set, SystemdCgroup and options when the task gives them; inherited and default values
-    only fill in keys the table lacks). Each value of the user's that changes is named in a warning
+    only fill in keys the table lacks. Each value of the user's that changes is named in a warning
     [runtime_table_updated]."""
     path = items[0][0]
     if not ours:
