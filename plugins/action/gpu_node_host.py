@@ -270,6 +270,8 @@ class ActionModule(ActionBase):
             execute_module("ansible.builtin.file", {"path": path, "state": "absent"})
         for backup, path in restored:
             execute_module("ansible.builtin.copy", {"src": backup, "dest": path, "remote_src": True, "mode": "preserve"})
+        for text, path in restart.rewritten(runtimes.get("files") or []):
+            execute_module("ansible.builtin.copy", {"content": text, "dest": path})
         execute_module("ansible.builtin.systemd_service", {"name": unit, "state": "restarted"})
         host_step.failed(result, restart.failure(self._host, found, unit, journal.get("stdout_lines") or []))
         result["changed"] = True

@@ -913,6 +913,7 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
         facts["files"] = {"config": file_facts(fs, paths["config"], True),
                           "dropin": file_facts(fs, paths["dropin"], True)}
         facts["files"].update(original_facts(fs, paths, ("config",)))
+        facts["other_dropins"] = other_dropins(fs, [paths["dropin_dir"]], paths["dropin"])
         facts["release_runtimes"] = []
         facts["default_runtime"] = {"value": None, "source": None}
         facts["disabled_components"] = []
@@ -932,6 +933,8 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
         facts["files"] = dict((key, file_facts(fs, paths[key], True)) for key in (
             "template_v3", "template_v2", "dropin_v3", "dropin_v2", "default_runtime_file", "labels_file_legacy"))
         facts["files"].update(original_facts(fs, paths, ("template_v3", "template_v2")))
+        facts["other_dropins"] = other_dropins(fs, [paths["dropin_dir_v3"], paths["dropin_dir_v2"]],
+                                               paths["dropin_v3"], paths["dropin_v2"])
         exec_line = service.pop("exec_start_expanded")
         in_use = runtime_in_use(fs, distribution, paths, exec_line, service["unit_file"])
         in_use["release"] = profile["release"]
@@ -989,6 +992,18 @@ def _host_containerd_facts(fs, in_use, data_dir, toolkit_dirs, binaries, path, r
     return facts
 
 
+def other_dropins(fs, directories, *ours):
+    """The drop-ins beside ours (*.toml of each directory, in containerd's import order), with their text: a default
+    runtime one of them names is where a runtime this collection adds takes its settings from."""
+    found = []
+    for directory in directories:
+        for name in sorted(fs.listdir(directory)):
+            path = "%s/%s" % (directory, name)
+            if name.endswith(".toml") and path not in ours:
+                found.append(file_facts(fs, path, True))
+    return found
+
+
 def strip_content(facts):
     """The facts without file texts (what runtime_info returns unless asked for them)."""
     files = {}
@@ -996,4 +1011,6 @@ def strip_content(facts):
         files[key] = dict((k, v) for k, v in info.items() if k != "content")
     result = dict(facts)
     result["files"] = files
+    if "other_dropins" in facts:
+        result["other_dropins"] = [dict((k, v) for k, v in info.items() if k != "content") for info in facts["other_dropins"]]
     return result

@@ -36,6 +36,13 @@ def includes_base(text):
     return bool(_BASE_INCLUDE.search(text or ""))
 
 
+def template_includes_base(facts, target):
+    """Whether the template target is rendered with the base (one this module creates starts with the include);
+    without it k3s renders that file alone, and no table comes from the base."""
+    text = _file_text(facts, target["template"]) if target.get("template") else None
+    return text is None or includes_base(text)
+
+
 def imports_dir(text, dirname):
     """Whether a template/config carries an `imports` line covering dirname/*.toml."""
     for line in (text or "").splitlines():
@@ -423,9 +430,10 @@ def make_plan(facts, runtimes=None, state="present", default_runtime=None, enabl
                 "second time (containerd would refuse the config and k3s would restart in a loop). Use "
                 "another runtime name, or remove that binary so k3s does not detect it" % (
                     runtime["name"], label, rendered["binary"], target["path"]))
-    for runtime in plan["write"]:
-        if runtime["systemd_cgroup"] is None and k3s_like:
-            runtime["systemd_cgroup"] = facts["systemd_cgroup"]
+    if k3s_like:
+        # k3s gives its own runtimes SystemdCgroup = .SystemdCgroup; a default runtime of the user's (a template
+        # or drop-in that names one) comes first (_toml.runtime_items), then this
+        plan["systemd_cgroup_default"] = bool(facts["systemd_cgroup"])
     _plan_default_runtime(facts, plan, default_runtime, renders, label)
     _plan_enable_cdi(facts, plan, enable_cdi, label)
     if target.get("unsupported") and (plan["write"] or plan["enable_cdi"] is not None or (
@@ -467,7 +475,7 @@ def _plan_default_runtime(facts, plan, name, renders, label):
         if name not in written:
             raise PlanError("default_runtime %s is neither detected by %s nor written by this task; "
                             "k3s would refuse to start (`default runtime %s was not found`)" % (name, label, name))
-        if target["mode"] == MODE_TEMPLATE and target["schema"] == 2:
+        if target["mode"] == MODE_TEMPLATE and target["schema"] == 2 and template_includes_base(facts, target):
             raise PlanError(
                 "default_runtime %s: %s does not detect this runtime, so it must be set as "
                 "default_runtime_name in the containerd config, but the schema-2 base template already emits "
@@ -488,7 +496,7 @@ def _plan_enable_cdi(facts, plan, enable_cdi, label):
     if enable_cdi and not profile["cdi_supported"]:
         raise PlanError("enable_cdi: containerd %s (%s) has no CDI support; it came with containerd 1.7" % (
             profile["containerd"], label))
-    if target["mode"] == MODE_TEMPLATE:
+    if target["mode"] == MODE_TEMPLATE and template_includes_base(facts, target):
         if bool(enable_cdi) == profile["cdi_default_on"]:
             plan["notes"].append("enable_cdi: containerd %s already has enable_cdi = %s by default" % (
                 profile["containerd"], str(bool(enable_cdi)).lower()))

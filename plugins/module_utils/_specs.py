@@ -70,6 +70,10 @@ NODE_FILE_SPEC = dict(
     unsafe_writes=dict(type="bool", default=False),
     directory_mode=dict(type="raw", default="0700"),
     remove_empty_parent=dict(type="bool", default=False),
+    backup_to=dict(type="path"),
+    backup_keep=dict(type="int", default=0),
+    backup_root=dict(type="path"),
+    drop_backups=dict(type="bool", default=False),
 )
 
 NODE_FILES_SPEC = dict(files=dict(type="list", elements="dict", required=True, options=NODE_FILE_SPEC))

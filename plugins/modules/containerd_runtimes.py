@@ -35,7 +35,7 @@ description:
   - "On plain containerd with O(root=/) the node's own containerd reads every new config or drop-in before it replaces
     the old one (C(<containerd> --config <new file> config dump)) unless O(validate) is given; O(validate=\"\") turns that off."
   - "Each runtime this module adds starts from the table of the runtime C(default_runtime_name) names (runc's when unset
-    or not a runc shim), every key and option but C(runtime_type), C(BinaryName), C(runtime_engine) and C(runtime_root),
+    or not a runc shim; on k3s/rke2 too, where a template or another drop-in names it; RV(inherited_from) says which), every key and option but C(runtime_type), C(BinaryName), C(runtime_engine) and C(runtime_root),
     as C(nvidia-ctk runtime configure) does; the differences and the refusals of plain containerd (C(cri_disabled),
     C(config_version_1), C(runtime_not_loaded), C(external_runtime)) and the C(cgroup_driver_mismatch) warning are in the
     collection's docs/plain-containerd.md."
@@ -171,7 +171,12 @@ options:
     description: Write this node file instead of the one the plan picks (a C(.tmpl) is edited as a template, a file in a C(.d) directory as a drop-in).
     type: path
   backup:
-    description: Keep a timestamped copy of a file before changing or removing it.
+    description:
+      - Keep a timestamped copy of a file before changing or removing it, as
+        C(/var/backups/k3s-gpu-nvidia/<the file's own path>.<pid>.<date>@<time>~) (under O(root)), outside every
+        directory k3s, rke2 or containerd import; the newest 3 copies of each file are kept.
+      - A file only this module ever wrote (its drop-in, its default-runtime file, a file it created) is not copied
+        when it is removed.
     type: bool
     default: false
   target_release:
@@ -265,6 +270,15 @@ runtimes_skipped:
   type: list
   elements: dict
   sample: [{name: nvidia, reason: k3s v1.31.6+k3s1 detects /usr/bin/nvidia-container-runtime and renders this runtime itself}]
+inherited_from:
+  description:
+    - Where the runtimes written took their settings from - the runtime C(default_runtime_name) names, as containerd reads
+      it (the root config or the base k3s renders, the template, then every other drop-in of the directory), or runc's
+      table with C(fallback) saying why (not a runc shim, no table, one of this module's runtimes). Null when nothing
+      is written or there is no such table.
+  returned: always
+  type: dict
+  sample: {runtime: crun, default_runtime: crun, fallback: null, keys: [privileged_without_host_devices], options: [SystemdCgroup]}
 runtimes_removed:
   description: Runtime tables removed (O(state=absent), or tables the base template now emits itself).
   returned: always

@@ -114,6 +114,28 @@ options:
             directory that holds anything else, a backup included, stays).
         type: bool
         default: false
+      backup_to:
+        description:
+          - Where the copies of O(files[].backup) go instead of next to the file - each copy is
+            C(<backup_to>.<pid>.<date>@<time>~), and missing directories are created with mode V(0700). Keep it
+            outside every directory a program imports as a whole (such as containerd's C(conf.d)).
+        type: path
+      backup_keep:
+        description:
+          - With O(files[].backup_to), keep only the newest N copies of the file there after making one (V(0) keeps all).
+        type: int
+        default: 0
+      backup_root:
+        description:
+          - The top of the backup tree that O(files[].backup_to) lies in; O(files[].drop_backups) removes the
+            directories it leaves empty up to and including this one.
+        type: path
+      drop_backups:
+        description:
+          - After the file is applied, remove every copy of it under O(files[].backup_to) (C(<backup_to>.*~)) and the
+            directories this leaves empty up to O(files[].backup_root) (what the collection's take-back does).
+        type: bool
+        default: false
 notes:
   - The text of each file travels in the module arguments; the module is meant for configuration files of a few
     KiB, not for large payloads.
@@ -156,6 +178,10 @@ files:
     parent_removed:
       description: The directory removed (in check mode, that would be removed) with O(files[].remove_empty_parent), else null.
       type: str
+    backups_removed:
+      description: The copies removed (in check mode, that would be removed) with O(files[].drop_backups).
+      type: list
+      elements: str
   sample: [{"path": "/etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml", "action": "created", "backup_file": null,
             "parent_removed": null}]
 """
@@ -164,8 +190,10 @@ import errno
 import hashlib
 import os
 import shlex
+import shutil
 import stat
 import tempfile
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
@@ -256,6 +284,63 @@ def _validate(module, entry, scratch):
         raise NodeFileError("%s was not written: %r failed (rc %d): %s" % (entry["path"], command, rc, (err or out).strip()))
 
 
+def _backup(module, entry):
+    """Copy the file before it is replaced or removed: next to it, or under backup_to (then prune to backup_keep)."""
+    if not entry["backup_to"]:
+        return module.backup_local(entry["path"])
+    target = entry["backup_to"]
+    parent = os.path.dirname(target)
+    missing = []
+    while parent and not os.path.isdir(parent):
+        missing.append(parent)
+        parent = os.path.dirname(parent)
+    for directory in reversed(missing):
+        os.mkdir(directory, 0o700)
+    stamp = "%s.%s.%s" % (target, os.getpid(), time.strftime("%Y-%m-%d@%H:%M:%S", time.localtime(time.time())))
+    copy, number = stamp + "~", 0
+    while os.path.lexists(copy):  # two copies within a second: the older one stays
+        number += 1
+        copy = "%s.%d~" % (stamp, number)
+    shutil.copy2(entry["path"], copy)
+    keep = entry["backup_keep"] or 0
+    if keep > 0:
+        for old in _copies(target)[:-keep]:
+            os.unlink(old)
+    return copy
+
+
+def _copies(target):
+    """The copies of one file under its backup_to, oldest first."""
+    directory, stem = os.path.dirname(target), os.path.basename(target) + "."
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(stem) and n.endswith("~")]
+    except OSError:
+        return []
+    paths = [os.path.join(directory, n) for n in names]
+    return sorted(paths, key=lambda p: (os.path.getmtime(p), p))
+
+
+def _drop_backups(module, entry):
+    """Remove every copy of the file under backup_to and the directories that leaves empty, up to backup_root.
+    Returns the paths removed (in check mode: that would be)."""
+    if not entry["backup_to"]:
+        return []
+    removed = _copies(entry["backup_to"])
+    if module.check_mode:
+        return removed
+    for path in removed:
+        os.unlink(path)
+    top = os.path.normpath(entry["backup_root"] or os.path.dirname(entry["backup_to"]))
+    directory = os.path.dirname(entry["backup_to"])
+    while directory == top or directory.startswith(top + os.sep):
+        try:
+            os.rmdir(directory)
+        except OSError:
+            break  # not empty (or gone): what is above it stays too
+        directory = os.path.dirname(directory)
+    return removed
+
+
 def _write(module, entry, state):
     path = entry["path"]
     creating = state == "absent"
@@ -269,7 +354,7 @@ def _write(module, entry, state):
             os.fsync(handle.fileno())
         if entry["validate"]:
             _validate(module, entry, scratch)
-        backup = module.backup_local(path) if entry["backup"] and not creating else None
+        backup = _backup(module, entry) if entry["backup"] and not creating else None
         module.atomic_move(scratch, path, unsafe_writes=entry["unsafe_writes"])
     finally:
         if os.path.exists(scratch):
@@ -280,7 +365,7 @@ def _write(module, entry, state):
 
 def _remove_empty_parent(module, entry):
     """The file's directory, removed when nothing else is in it (check mode: when only the file is); else None."""
-    if entry["backup"]:
+    if entry["backup"] and not entry["backup_to"]:
         return None  # the backup sits next to the removed file
     parent = os.path.dirname(entry["path"])
     if [name for name in os.listdir(parent) if name != os.path.basename(entry["path"])]:
@@ -299,6 +384,8 @@ def apply(module, entries, result):
     current = _check_expectations(entries)
     for entry, (state, data) in zip(entries, current):
         outcome = {"path": entry["path"], "action": "unchanged", "backup_file": None, "parent_removed": None}
+        if entry["drop_backups"]:
+            outcome["backups_removed"] = []
         new = None if entry["state"] == "absent" else (
             data if entry["content"] is None else to_bytes(entry["content"], errors="surrogate_or_strict"))
         if entry["state"] == "absent":
@@ -306,7 +393,7 @@ def apply(module, entries, result):
                 outcome["action"] = "removed"
                 if not module.check_mode:
                     if entry["backup"]:
-                        outcome["backup_file"] = module.backup_local(entry["path"])
+                        outcome["backup_file"] = _backup(module, entry)
                     os.unlink(entry["path"])
                 if entry["remove_empty_parent"]:
                     outcome["parent_removed"] = _remove_empty_parent(module, entry)
@@ -317,6 +404,10 @@ def apply(module, entries, result):
         elif module.set_fs_attributes_if_different(_file_args(module, entry, False), False):
             # in check mode AnsibleModule only reports what it would change
             outcome["action"] = "attributes"
+        if entry["drop_backups"]:
+            outcome["backups_removed"] = _drop_backups(module, entry)
+            if outcome["backups_removed"]:
+                result["changed"] = True
         result["files"].append(outcome)
         if outcome["action"] != "unchanged":
             result["changed"] = True

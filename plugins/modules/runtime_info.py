@@ -333,6 +333,14 @@ files:
       (C(<file>.k3s-gpu-nvidia.sha256)).
   returned: success
   type: dict
+other_dropins:
+  description:
+    - The other C(*.toml) drop-ins of the containerd drop-in directories this collection writes into (C(conf.d) of plain
+      containerd, C(config-v3.toml.d) and C(config.toml.d) of k3s/rke2), in import order, as RV(files) entries (text
+      too with O(include_content)). A default runtime one of them names is what new runtimes inherit from.
+  returned: success
+  type: list
+  elements: dict
 binaries:
   description: For each path in O(binaries), its state (V(file), V(absent), V(dangling), V(directory), V(relative)) and executable bit.
   returned: success

@@ -19,6 +19,7 @@ from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as template_check
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 
@@ -30,6 +31,12 @@ NEW_DIR_MODE = "0700"
 # Files of ours that may exist from an earlier run, by facts["files"] key.
 _OWN_DROPINS = ("dropin_v3", "dropin_v2", "dropin")
 _TEMPLATES = ("template_v3", "template_v2")
+
+
+def backup_prefix(node_path):
+    """Where the copies of node_path go (node_files adds .<time>~): under the collection's backup directory, never in a
+    directory that k3s, rke2 or containerd import."""
+    return distro.BACKUP_DIR + node_path
 
 
 def host_path(root, node_path):
@@ -84,8 +91,11 @@ def compute(facts, params):
     info = facts["files"].get(target["key"]) or {}
     current = info.get("content") if info.get("state") == "file" else None
     reader = _template_reader(facts, plan, params)
-    if facts["distribution"] == distro.CONTAINERD and target["mode"] == planner.MODE_DROPIN:
-        plan["inherited"] = _root_default_runtime(facts, plan, target["schema"])
+    plan["backup"] = backup_prefix(target["path"]) if params.get("backup") else None
+    plan["release_tables"] = _release_tables(facts, plan)
+    plan["base_included"] = target["mode"] == planner.MODE_TEMPLATE and planner.template_includes_base(facts, target)
+    if target["mode"] == planner.MODE_DROPIN:
+        plan["inherited"] = _layered_default_runtime(facts, plan, target)
     if reader is not None and reader.normalized is not None and target["mode"] == planner.MODE_TEMPLATE:
         current = reader.normalized  # opted in: the edit starts from the clean text (BOM and CR removed)
     # a template is checked whole right after (_check_rendered), composed with the base it really gets
@@ -94,6 +104,11 @@ def compute(facts, params):
     after = applied.text
     plan["removed_for_base"], plan["removed_stale"] = applied.removed_for_base, applied.removed_stale
     _check_rendered(facts, plan, params, reader, current, after)
+    note = toml.inheritance_note(plan.get("inherited_from")) if plan["state"] == "present" and plan["write"] else None
+    if note:
+        plan["notes"].append(note)
+    if plan.get("edit_warnings"):
+        plan.setdefault("warnings", []).extend(plan["edit_warnings"])  # what the edit itself changed of the user's
     if facts["distribution"] == distro.CONTAINERD and target["mode"] in (planner.MODE_CONFIG, planner.MODE_DROPIN):
         toml.check_plain_result(after, plan, target["path"], target["schema"])
     if facts["distribution"] == distro.CONTAINERD and plan["state"] == "present":
@@ -240,7 +255,10 @@ def own_files(facts, plan, changes, backup=False):
                 extra.append(_bookkeeping(facts, key, "record", None))  # a record alone is of no use
                 continue
             by_key[key] = _take_back(facts, plan, key, original, backup)
-            extra.append(_bookkeeping(facts, key, "orig", None))
+            orig = _bookkeeping(facts, key, "orig", None)
+            if orig is not None and facts["paths"][key] in (plan.get("changed_since_written") or ()) and backup:
+                orig["keep_copy"] = True  # the user's text from before the first edit is not put back: its copy stays
+            extra.append(orig)
             extra.append(_bookkeeping(facts, key, "record", None))
     result = [c for c in first if c is not None]
     for change in changes:
@@ -284,22 +302,77 @@ def _take_back(facts, plan, key, original, backup):
         "not put back: only the collection's runtime tables (%s) were taken out and every other edit is kept; that "
         "original is removed now%s [changed_since_written]" % (
             node_path, node_path + distro.ORIGINAL_SUFFIX, ", ".join(taken) or "none left",
-            " (a backup of it stays next to it)" if backup else ""))
+            " (a copy stays as %s.<time>~)" % backup_prefix(node_path + distro.ORIGINAL_SUFFIX) if backup else ""))
     change = _change(facts, key, node_path, cleaned, "original")
     return change if change["before"] != change["after"] else None
 
 
-def _root_default_runtime(facts, plan, schema):
-    """The default runtime's table in the root config a plain-containerd drop-in sits beside."""
-    config = facts["files"].get("config") or {}
-    if config.get("state") != "file" or config.get("content") is None:
-        return None
-    try:
-        data = toml.loads(config["content"])
-    except tomllib.TOMLDecodeError as exc:
-        raise toml.TomlEditError("%s: %s [toml_invalid]; containerd cannot load it either. Fix that line; nothing "
-                                 "was written" % (config["path"], exc))
-    return toml.inherited_runtime(data, schema, toml.own_runtime_names(plan))
+def _release_tables(facts, plan):
+    """{runtime name: its table as the release renders it} for each runtime the release renders into the template
+    target itself (k3s detects its binary); {} elsewhere."""
+    target = plan["target"]
+    if facts["distribution"] == distro.CONTAINERD or target["mode"] != planner.MODE_TEMPLATE:
+        return {}
+    renders = planner.release_renders(facts, target)
+    if not renders:
+        return {}
+    params = template_check.base_params(facts, facts["profile"], list(facts["release_runtimes"]), None)
+    _top, tables = k3s_base.base_tables(facts["profile"], target["schema"], params)
+    by_path = dict((tuple(path), dict(keys)) for path, keys in tables)
+    result = {}
+    for name in renders:
+        path = distro.runtime_table(target["schema"], name)
+        values = dict(by_path.get(path) or {"runtime_type": renders[name]["runtime_type"]})
+        values["options"] = by_path.get(path + ("options",)) or {"BinaryName": renders[name]["binary"]}
+        result[name] = values
+    return result
+
+
+def _deep_merge(into, layer):
+    """containerd's merge of an imported file over what it read before: tables key by key, values replaced."""
+    for key, value in layer.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _deep_merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)
+    return into
+
+
+def _layered_default_runtime(facts, plan, target):
+    """The default runtime's table as containerd sees it around our drop-in: the root config (plain containerd) or the
+    base k3s renders with the user's template (k3s/rke2), then every other drop-in of the directory in import order.
+    A drop-in or template that makes another runtime the default is followed (nvidia-ctk's rule)."""
+    schema = target["schema"]
+    layers = []
+    if facts["distribution"] == distro.CONTAINERD:
+        config = facts["files"].get("config") or {}
+        if config.get("state") == "file" and config.get("content") is not None:
+            try:
+                layers.append(toml.loads(config["content"]))
+            except tomllib.TOMLDecodeError as exc:
+                raise toml.TomlEditError("%s: %s [toml_invalid]; containerd cannot load it either. Fix that line; "
+                                         "nothing was written" % (config["path"], exc))
+    else:
+        params = template_check.base_params(facts, facts["profile"], list(facts["release_runtimes"]),
+                                            _flag_default_runtime(facts, plan))
+        layers.append(toml.loads(k3s_base.render_base(facts["profile"], schema, params)))
+        template = facts["files"].get(target.get("template") or "") or {}
+        if template.get("content"):
+            try:
+                layers.append(toml.loads(toml.mask_template(template["content"], template["path"])[0]))
+            except (tomllib.TOMLDecodeError, toml.TomlEditError):
+                pass  # the template check names what is wrong with it
+    directory = target["path"].rsplit("/", 1)[0] + "/"
+    for info in facts.get("other_dropins") or []:
+        if info.get("path", "").startswith(directory) and info.get("content") is not None:
+            try:
+                layers.append(toml.loads(info["content"]))
+            except tomllib.TOMLDecodeError:
+                continue  # containerd refuses it at start whatever this task does; not a source
+    merged = {}
+    for layer in layers:
+        _deep_merge(merged, layer)
+    return toml.inherited_runtime(merged, schema, toml.own_runtime_names(plan))
 
 
 def _effective_runtimes(facts, target, after):
@@ -479,6 +552,7 @@ def result_fields(facts, plan):
         "runtimes_written": [{"name": r["name"], "binary": r["binary"], "runtime_type": r["runtime_type"]} for r in plan["write"]]
         if plan["state"] == "present" else [],
         "runtimes_skipped": plan["skip"],
+        "inherited_from": _inherited_result(plan),
         "runtimes_removed": sorted(set(plan["remove"] if plan["state"] == "absent" else []) | set(plan.get("removed_for_base") or [])
                                    | set(plan.get("removed_stale") or [])),
         "default_runtime": plan["default_runtime"],
@@ -491,6 +565,14 @@ def result_fields(facts, plan):
         "upgrade_findings": plan.get("upgrade_findings") or [],
         "upgrade_messages": plan.get("upgrade_messages") or [],
     }
+
+
+def _inherited_result(plan):
+    inherited = plan.get("inherited_from") if plan["state"] == "present" and plan["write"] else None
+    if not inherited:
+        return None
+    return {"runtime": inherited["name"], "default_runtime": inherited.get("default"), "fallback": inherited.get("fallback"),
+            "keys": sorted(inherited["keys"]), "options": sorted(inherited["options"])}
 
 
 def given_facts(params, binaries):
@@ -527,11 +609,43 @@ def _sha1(text):
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
+# the collection's own files, by change key: removing one needs no backup (nobody else ever wrote it)
+_OWN_KEYS = _OWN_DROPINS + ("default_runtime_file", "labels_file_legacy", "cdi_spec")
+
+
+def only_ours(change):
+    """Whether only the collection ever wrote this file: its drop-ins, default-runtime file, bookkeeping, generated
+    CDI spec, or a file it created (the managed header first)."""
+    before = change.get("before") or ""
+    return (change["key"] in _OWN_KEYS or change["key"].endswith(("_orig", "_record")) or bool(change.get("mode"))
+            or before.startswith((toml.MANAGED_HEADER, toml.MANAGED_YAML_HEADER)))
+
+
+def backup_fields(change, params):
+    """node_files' backup options for one change: the copy goes under BACKUP_DIR (never into a directory k3s, rke2 or
+    containerd import), the newest BACKUP_KEEP per file are kept; a file only the collection wrote is not copied when
+    it is removed; the role's take-back (state absent) keeps no copy at all and drops the earlier ones of each file it
+    puts back or removes, so the node ends as it was before the first converge."""
+    root = change["path"][:len(change["path"]) - len(change["node_path"])]
+    fields = {"backup_to": root + backup_prefix(change["node_path"]), "backup_root": root + distro.BACKUP_DIR,
+              "backup_keep": distro.BACKUP_KEEP}
+    if change.get("keep_copy"):
+        fields["backup"] = True
+    elif params.get("_own_files") and params.get("state") == "absent":
+        fields.update(backup=False, drop_backups=True)
+    elif change["after"] is None and only_ours(change):
+        fields["backup"] = False
+    else:
+        fields["backup"] = bool(params["backup"])
+    return fields
+
+
 def write_entry(change, params):
     """One k3s_gpu.nvidia.node_files entry: the new text (or removal) and the text it was computed from."""
-    entry = {"path": change["path"], "backup": params["backup"], "directory_mode": NEW_DIR_MODE,
+    entry = {"path": change["path"], "directory_mode": NEW_DIR_MODE,
              "expected_state": "file" if change["exists"] else "absent",
              "expected_sha1": (change.get("sha1") or _sha1(change["before"])) if change["exists"] else None}
+    entry.update(backup_fields(change, params))
     if change["after"] is None:
         entry["state"] = "absent"
         if change.get("remove_empty_parent"):

@@ -89,8 +89,11 @@ def run(result, params, execute_module, want_diff, own_files=False, extra_change
         return result
     written = execute_module("k3s_gpu.nvidia.node_files", dict(files=entries))
     outcomes = written.get("files") or []
-    for entry, outcome in zip(result["files"], outcomes):
+    for entry, outcome, change in zip(result["files"], outcomes, changes):
         entry["backup_file"] = outcome.get("backup_file")
+        if own_files and not entry["backup_file"] and change["before"] is not None and change["key"] != "cdi_spec":
+            # no copy on the node (the take-back keeps none): a rollback after a failed restart writes this text back
+            entry["restore_content"] = change["before"]
         if outcome.get("parent_removed"):
             entry["parent_removed"] = outcome["parent_removed"]  # an emptied directory of ours (state absent)
     if any(o.get("action") == "attributes" for o in outcomes[len(changes):]):

@@ -60,6 +60,13 @@ def rollback(files):
     return created, restored
 
 
+def rewritten(files):
+    """[(text, path)]: files this run changed or removed without a copy on the node (the take-back keeps none), to
+    write back from the text the run read."""
+    return [(f["restore_content"], f["path"]) for f in files
+            if f.get("action") != "created" and not f.get("backup_file") and f.get("restore_content") is not None]
+
+
 def failure(host, found, unit, journal_lines):
     return ("%s: the new containerd configuration was rolled back because %s. The old files are restored and %s was "
             "restarted on them. Last log lines of the failed start: %s" % (

@@ -123,6 +123,7 @@ class Report:
         self.complete = True
         self.normalized = None  # the text after an opted-in normalisation
         self.user_tables = set()  # (key path, line) of the tables the template itself renders, now
+        self.base_called = False  # whether a run of the template, now, executes {{ template "base" . }}
 
     def as_dict(self):
         return {"path": self.path, "runs": self.runs, "complete": self.complete, "normalized": self.normalized,
@@ -412,7 +413,9 @@ def _check(text, path, facts, schema, default_runtime, after_install, target_pro
         if when == NOW:
             baseline = keys
             if added and not rerender:
-                found = _added_runtime_tables(report.user_tables, added, schema, profile)
+                # the install adds tables to the base's output only: a template that never includes the base
+                # renders the same text after it (k3s renders that file alone)
+                found = _added_runtime_tables(report.user_tables, added, schema, profile) if report.base_called else []
                 when = AFTER_INSTALL
         if when == AFTER_INSTALL:
             broken_now = any(code in ("duplicate_table", "duplicate_key", "imports_clash", "toml_invalid")
@@ -505,6 +508,8 @@ def _check_state(template, facts, profile, schema, detected, default_runtime, wh
             continue
         if any(name == "base" for name, _line in run.calls):
             base_called = True
+            if when == NOW:
+                report.base_called = True
         base_lines = [line for name, line in run.calls if name == "base"]
         # another branch that renders the same TOML (comments and blank lines aside): nothing new to find
         text_out = _COMMENT_OR_BLANK.sub("", run.output.text())
@@ -517,12 +522,30 @@ def _check_state(template, facts, profile, schema, detected, default_runtime, wh
         if when == NOW:
             report.user_tables.update(tables)
     if not base_called and runs and not any(r.error for r in runs) and not any(f.code == "empty" for f in found):
-        lost = _lost_settings(runs[0].output.text(), schema)
-        add(Finding("no_base", 0, "the template never includes {{ template \"base\" . }}, so k3s renders only this "
-                    "file%s; drop-ins and release changes of the base are not picked up" % (
-                        ": %s would be missing" % ", ".join(lost) if lost else ""),
-                    "start the file with {{ template \"base\" . }} and keep only your own tables"))
+        add(_no_base_finding(runs[0].output.text(), schema, report.user_tables if when == NOW else (), detected))
     return found, keys
+
+
+def _no_base_finding(text, schema, user_tables, detected):
+    """no_base: k3s renders this file alone, so every setting its base would render comes from this file or is
+    missing; named one by one, with the tables to take out once the base is included."""
+    lost = _lost_settings(text, schema)
+    frozen = [label for label in _BASE_SETTINGS if label not in lost]
+    parts = []
+    if lost:
+        parts.append("missing: %s" % ", ".join(lost))
+    if frozen:
+        parts.append("fixed by hand in this file, no longer kept by k3s: %s" % ", ".join(frozen))
+    message = ("the template never includes {{ template \"base\" . }}, so k3s renders this file alone and k3s's own "
+               "settings are not in the node's containerd config (%s); drop-ins and release changes of the base are "
+               "not picked up" % "; ".join(parts))
+    base_paths = set(_BASE_RENDERED_TABLES[3 if schema >= 3 else 2])
+    base_paths.update(distro.runtime_table(schema, name) for name in ["runc"] + [r["name"] for r in detected])
+    duplicates = sorted(set(_header_text(path) for path, _line in user_tables if path in base_paths))
+    fix = "add {{ template \"base\" . }} as the first line and remove the tables the base renders"
+    if duplicates:
+        fix += " (here: %s, with their sub-tables)" % ", ".join("[%s]" % d for d in duplicates)
+    return Finding("no_base", 0, message, fix + "; keep only your own runtimes and settings")
 
 
 def _runtime_of(table, schema):
@@ -559,16 +582,37 @@ def _exec_finding(error, profile, when):
                    "fix the action on that line")
 
 
+# tables every base renders (the runtimes' own: each runtime table, named apart)
+_BASE_RENDERED_TABLES = {
+    2: (("plugins", "io.containerd.grpc.v1.cri"), ("plugins", "io.containerd.grpc.v1.cri", "containerd"),
+        ("plugins", "io.containerd.grpc.v1.cri", "cni"), ("plugins", "io.containerd.grpc.v1.cri", "registry"),
+        ("plugins", "io.containerd.internal.v1.opt")),
+    3: (("plugins", "io.containerd.cri.v1.runtime"), ("plugins", "io.containerd.cri.v1.images"),
+        ("plugins", "io.containerd.cri.v1.images", "pinned_images"), ("plugins", "io.containerd.cri.v1.runtime", "cni"),
+        ("plugins", "io.containerd.cri.v1.images", "registry"), ("plugins", "io.containerd.internal.v1.opt"),
+        ("grpc",)),
+}
+
+# each setting k3s's base renders: (schema-2 paths, schema-3 paths, what it is); every path of a group must be set
 _LOST = (
-    ((("plugins", "io.containerd.grpc.v1.cri", "cni", "conf_dir"),), (("plugins", "io.containerd.cri.v1.runtime", "cni", "conf_dir"),),
-     "the CNI directories"),
+    ((("plugins", "io.containerd.grpc.v1.cri", "cni", "conf_dir"), ("plugins", "io.containerd.grpc.v1.cri", "cni", "bin_dir")),
+     (("plugins", "io.containerd.cri.v1.runtime", "cni", "conf_dir"), ("plugins", "io.containerd.cri.v1.runtime", "cni", "bin_dir|bin_dirs")),
+     "the CNI bin and conf directories"),
     ((("plugins", "io.containerd.grpc.v1.cri", "sandbox_image"),), (("plugins", "io.containerd.cri.v1.images", "pinned_images", "sandbox"),),
      "the sandbox (pause) image"),
     ((("plugins", "io.containerd.grpc.v1.cri", "registry", "config_path"),), (("plugins", "io.containerd.cri.v1.images", "registry", "config_path"),),
      "the registry config_path (registries.yaml)"),
+    ((("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc", "options", "SystemdCgroup"),),
+     (("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "runc", "options", "SystemdCgroup"),),
+     "runc's SystemdCgroup"),
     ((("plugins", "io.containerd.grpc.v1.cri", "containerd", "snapshotter"),), (("plugins", "io.containerd.cri.v1.images", "snapshotter"),),
      "the snapshotter"),
 )
+_BASE_SETTINGS = tuple(label for _v2, _v3, label in _LOST)
+
+
+def _is_set(data, path):
+    return any(toml._get(data, path[:-1] + (last,)) is not None for last in path[-1].split("|"))
 
 
 def _lost_settings(text, schema):
@@ -578,7 +622,7 @@ def _lost_settings(text, schema):
         return []
     lost = []
     for v2_paths, v3_paths, label in _LOST:
-        if not any(toml._get(data, p) is not None for p in (v3_paths if schema >= 3 else v2_paths)):
+        if not all(_is_set(data, p) for p in (v3_paths if schema >= 3 else v2_paths)):
             lost.append(label)
     return lost
 
@@ -638,6 +682,9 @@ def analyze(output, schema, profile, note="", base_lines=(), user_tables=None):
             message = "[%s] is already emitted by the base template of %s %s%s; containerd refuses the config " \
                       "(`table %s already exists`) and k3s restarts in a loop" % (
                           name, profile["distribution"], profile["release"], note, path[-1])
+            differs = _table_differences(lines, user[-1], in_base[0])
+            if differs:
+                message += "; your settings there that differ from what the release renders: %s" % ", ".join(differs)
             fix = _duplicate_fix(path, schema, profile)
         else:
             message = "[%s] is declared %d times%s" % (name, len(declared), note)
@@ -688,6 +735,24 @@ def analyze(output, schema, profile, note="", base_lines=(), user_tables=None):
     return findings
 
 
+def _table_body(lines, table):
+    try:
+        return tomllib.loads("\n".join(lines[table.start + 1:table.content_end]))
+    except tomllib.TOMLDecodeError:
+        return None
+
+
+def _table_differences(lines, user, base):
+    """`key mine \u2192 theirs` for each key of the user's declaration of a table that the base's declares otherwise
+    or not at all (what the user would lose by taking their table out)."""
+    mine, theirs = _table_body(lines, user), _table_body(lines, base)
+    if mine is None or theirs is None:
+        return []
+    return ["%s %s \u2192 %s" % (key, toml._value_text(mine[key]), toml._value_text(theirs.get(key)))
+            for key in sorted(mine) if not isinstance(mine[key], dict)
+            and not (mine[key] == theirs.get(key) and type(mine[key]) is type(theirs.get(key)))]
+
+
 def _header_text(path):
     return ".".join(p if re.match(r"^[A-Za-z0-9_-]+$", p) else '"%s"' % p for p in path)
 
@@ -698,8 +763,12 @@ def _duplicate_fix(path, schema, profile):
     if path[:len(runtimes_prefix)] == runtimes_prefix and len(path) > len(runtimes_prefix):
         name = path[len(runtimes_prefix)]
     if name and name not in ("runc", "runhcs-wcow-process"):
-        return ("k3s renders runtime %s itself once it detects its binary: remove your table, or give your runtime "
-                "another name (such as %s-custom)" % (name, name))
+        fix = ("k3s renders runtime %s itself once it detects its binary: remove your table, or give your runtime "
+               "another name (such as %s-custom)" % (name, name))
+        if profile.get("dropin_imports"):
+            fix += ("; to keep settings on the release's own %s table, put only those keys into a drop-in %s/<name>.toml "
+                    "(containerd merges it over the base)" % (name, distro.DROPIN_DIRS[3 if schema >= 3 else 2]))
+        return fix
     if profile.get("dropin_imports"):
         return "move your keys of that table into a drop-in %s/<name>.toml (containerd merges it) and remove the table here" % (
             distro.DROPIN_DIRS[3 if schema >= 3 else 2])

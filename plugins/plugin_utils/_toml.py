@@ -285,16 +285,35 @@ def inherited_runtime(data, schema, own=()):
     runtimes = containerd.get("runtimes") if isinstance(containerd, dict) else None
     if not isinstance(runtimes, dict):
         return None
-    name = containerd.get("default_runtime_name") or "runc"
-    table = runtimes.get(name)
-    if (name in own or not isinstance(table, dict)
-            or table.get("runtime_type", distro.RUNC_V2) not in RUNC_SHIMS):
+    default = containerd.get("default_runtime_name") or "runc"
+    name, table = default, runtimes.get(default)
+    fallback = None
+    if name in own:
+        fallback = "the default runtime %s is one this module writes" % name
+    elif not isinstance(table, dict):
+        fallback = "the default runtime %s has no table in the config" % name
+    elif table.get("runtime_type", distro.RUNC_V2) not in RUNC_SHIMS:
+        fallback = "the default runtime %s is not a runc shim (runtime_type %s)" % (name, table.get("runtime_type"))
+    if fallback:
         name, table = "runc", runtimes.get("runc")
     if not isinstance(table, dict):
         return None
     options = table.get("options")
     options = dict((k, v) for k, v in options.items() if k != "BinaryName") if isinstance(options, dict) else {}
-    return {"name": name, "keys": dict((k, v) for k, v in table.items() if k not in NOT_INHERITED), "options": options}
+    return {"name": name, "keys": dict((k, v) for k, v in table.items() if k not in NOT_INHERITED), "options": options,
+            "default": default, "fallback": fallback}
+
+
+def inheritance_note(inherited):
+    """What the result says about where new runtimes took their settings from (None: nowhere)."""
+    if not inherited:
+        return None
+    copied = sorted(inherited["keys"]) + ["options.%s" % k for k in sorted(inherited["options"])]
+    text = "new runc-shim runtimes start from the table of %s (%s)" % (
+        inherited["name"], ", ".join(copied) if copied else "nothing to copy")
+    if inherited.get("fallback"):
+        text += ": runc's, because %s" % inherited["fallback"]
+    return text
 
 
 def render_runtime_blocks(schema, runtimes, systemd_cgroup_default=None):
@@ -374,13 +393,6 @@ class Edit:
             text = text.rstrip("\n")
             text = (text + "\n\n" if text else "") + "\n".join(a.rstrip("\n") for a in self.appends) + "\n"
         return text
-
-
-def _managed_names(plan):
-    names = set(n for n, _b in distro.NVIDIA_RUNTIMES)
-    names.update(r["name"] for r in plan["write"])
-    names.update(plan["remove"])
-    return names
 
 
 def _runtime_name_of(schema, path):
@@ -481,7 +493,7 @@ def edit_target(text, plan, file_path, is_template, profile, created_by_us=None,
         raise TomlEditError("%s: %s [toml_invalid]. Fix that line; nothing was written" % (file_path, exc))
     edit = Edit(lines)
     reserved = set(tuple(t) for t in plan.get("reserved_tables") or [])
-    removed_for_base = _drop_tables_base_emits(edit, lines, tables, reserved, plan, schema, file_path, profile)
+    removed_for_base = _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, file_path, profile)
     stale = []
     if plan["state"] == "absent":
         _edit_absent(edit, data, tables, plan, schema, file_path)
@@ -504,28 +516,99 @@ def edit_target(text, plan, file_path, is_template, profile, created_by_us=None,
     return Applied(unmask_template(new_masked, originals), removed_for_base, stale)
 
 
-def _drop_tables_base_emits(edit, lines, tables, reserved, plan, schema, file_path, profile):
-    """Take out our own blocks of runtimes the base now renders; refuse any other table the base emits too."""
-    managed = _managed_names(plan)
-    written = [r["name"] for r in plan["write"]]
-    removed = []
+def _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, file_path, profile):
+    """Take out our own blocks of runtimes the release now renders; refuse any other table it renders too.
+
+    One rule for every runtime the release renders itself (a binary k3s detects): a table of it in the file is
+    taken out only when it is exactly what this module writes (its layout, only its keys) and holds nothing that
+    differs from the release's own table, so nothing of anyone's is lost; any other table of it is refused
+    [duplicate_table], naming the settings that differ from what the release renders and how to keep them."""
+    renders = plan.get("release_tables") or {}
+    removed, refused = [], []
+    handled = set()
     for table in tables:
         if table.path not in reserved:
             continue
         name = _runtime_name_of(schema, table.path)
-        if name in managed and name not in written and _only_our_keys(lines, table):
-            # a block this module wrote while k3s did not detect the runtime: k3s renders it now
-            _check_no_template_lines(lines, table, file_path)
-            edit.replace(table.start, table.content_end, [])
+        if name not in renders:
+            raise TomlEditError(
+                "%s: line %d: [%s] is already emitted by the base template of %s %s, so containerd would "
+                "refuse the config (`table already exists`) and k3s would restart in a loop [duplicate_table]. Remove "
+                "that table from the template (a drop-in or default-runtime: in config.yaml is the way to change "
+                "it); nothing was written" % (file_path, table.start + 1, _key_text(table.path), profile["distribution"],
+                                              profile["release"]))
+        if name in handled:
+            continue
+        handled.add(name)
+        path = distro.runtime_table(schema, name)
+        ranges = _ranges_of(tables, path)
+        differs = _differences(_get(data, path), renders[name])
+        if not differs and _written_by_us(lines, data, ranges):
+            # a block this module wrote while the release did not detect the runtime: it renders the same now
+            for found in ranges:
+                _check_no_template_lines(lines, found, file_path)
+                edit.replace(found.start, found.content_end, [])
             removed.append(name)
             continue
-        raise TomlEditError(
-            "%s: line %d: [%s] is already emitted by the base template of %s %s, so containerd would "
-            "refuse the config (`table already exists`) and k3s would restart in a loop [duplicate_table]. Remove that "
-            "table from the template (a drop-in or default-runtime: in config.yaml is the way to change "
-            "it); nothing was written" % (file_path, table.start + 1, _key_text(table.path), profile["distribution"],
-                                          profile["release"]))
+        refused.append((name, table, differs))
+    if refused:
+        raise TomlEditError("; ".join(_user_table_refusal(file_path, name, table, differs, renders[name], schema, profile,
+                                                          plan.get("base_included", True))
+                                      for name, table, differs in refused) + ". Nothing was written")
     return removed
+
+
+def _user_table_refusal(file_path, name, table, differs, rendered, schema, profile, base_included=True):
+    label = "%s %s" % (profile["distribution"], profile["release"])
+    keep = "give your table a runtime name of your own (such as %s-custom) and point your RuntimeClass at it" % name
+    if profile.get("dropin_imports"):
+        keep += (", or keep the release's own %s table and put only those settings into a drop-in %s/<name>.toml "
+                 "(containerd merges it over the release's table)" % (name, distro.DROPIN_DIRS[3 if schema >= 3 else 2]))
+    else:
+        keep += ", or use the release's own %s table as it renders it" % name
+    settings = ("its settings that differ from what %s renders: %s" % (label, ", ".join(differs)) if differs else
+                "its settings are the same as the release's")
+    by = "the base template of %s" % label if base_included else "%s (the template's own range)" % label
+    return ("%s: line %d: [%s] is already emitted by %s, which renders runtime %s itself (it detects %s), and here "
+            "it is a table of your own: containerd would refuse the config with both (`table %s already exists`) and "
+            "k3s would restart in a loop [duplicate_table]; %s. This task does not delete a table you wrote: to keep "
+            "those settings, %s; otherwise remove the table (and its sub-tables) yourself" % (
+                file_path, table.start + 1, _key_text(distro.runtime_table(schema, name)), by, name,
+                (rendered.get("options") or {}).get("BinaryName", "its binary"), name, settings, keep))
+
+
+def _flatten(table, prefix=""):
+    out = {}
+    for key, value in (table or {}).items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, prefix + key + "."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def _differences(user, rendered):
+    """`key mine → theirs` for each setting of the user's table that the release renders otherwise or not at all."""
+    mine, theirs = _flatten(user if isinstance(user, dict) else {}), _flatten(rendered)
+    return ["%s %s \u2192 %s" % (key, _value_text(mine[key]), _value_text(theirs.get(key)))
+            for key in sorted(mine) if not _same(mine[key], theirs.get(key))]
+
+
+def _written_by_us(lines, data, ranges):
+    """Whether a runtime's tables are exactly what render_table writes: its keys only, its layout, line by line."""
+    if not ranges or len(ranges) > 2:
+        return False
+    for found in ranges:
+        values = _get(data, found.path)
+        if not isinstance(values, dict):
+            return False
+        plain = dict((k, v) for k, v in values.items() if not isinstance(v, dict))
+        if not set(plain) <= _OUR_KEYS or found.array:
+            return False
+        body = [line for line in lines[found.start + 1:found.content_end] if line.strip()]
+        if body != render_table(found.path, plain)[1:]:
+            return False
+    return True
 
 
 def _edit_absent(edit, data, tables, plan, schema, file_path):
@@ -545,10 +628,11 @@ def _edit_present(edit, lines, data, tables, originals, plan, profile, created_b
     """Write or update each planned runtime, the default runtime and enable_cdi. Returns the stale names removed."""
     schema = plan["target"]["schema"]
     plain = profile["distribution"] == distro.CONTAINERD
-    systemd_default = _runc_systemd_cgroup(data, schema) if plain else None
+    systemd_default = _runc_systemd_cgroup(data, schema) if plain else plan.get("systemd_cgroup_default")
     # the runtimes start from the default runtime's table: the file's own (plain containerd, or a
     # template that declares runc itself), else the one the plan brings (a drop-in's root config)
     inherited = inherited_runtime(data, schema, own_runtime_names(plan)) or plan.get("inherited")
+    plan["inherited_from"] = inherited
     stale = []
     if created_by_us and not plan.get("runtimes_explicit"):
         # our own file holds exactly the NVIDIA runtimes still wanted: a block whose binary went away
@@ -566,7 +650,7 @@ def _edit_present(edit, lines, data, tables, originals, plan, profile, created_b
         if _get(data, items[0][0]) is None:
             blocks.extend(items)
         else:
-            _update_runtime(edit, lines, data, tables, templated, runtime, items, file_path)
+            _update_runtime(edit, lines, data, tables, templated, runtime, items, file_path, plan, created_by_us)
     if blocks:
         edit.appends.append(render_tables(blocks))
     if plan.get("default_runtime") and plan["default_runtime"]["how"] == "toml":
@@ -579,15 +663,38 @@ def _edit_present(edit, lines, data, tables, originals, plan, profile, created_b
     return stale
 
 
-def _update_runtime(edit, lines, data, tables, templated, runtime, items, file_path):
-    """Bring an existing runtime table to the planned keys, in place."""
+# what an existing runtime table of the user's is brought to: what makes the handler run the planned binary
+_ENFORCED_KEYS = ("runtime_type", "BinaryName")
+
+
+def _update_runtime(edit, lines, data, tables, templated, runtime, items, file_path, plan, ours=False):
+    """Bring an existing runtime table to the planned keys, in place.
+
+    A table in a file of the user's keeps every setting the task does not ask for by name: runtime_type and
+    BinaryName are set, SystemdCgroup and options when the task gives them; inherited and default values
+    only fill in keys the table lacks. Each value of the user's that changes is named in a warning
+    [runtime_table_updated]."""
     path = items[0][0]
+    if not ours:
+        enforced = set(_ENFORCED_KEYS) | set(runtime.get("options") or {})
+        if runtime.get("systemd_cgroup") is not None:
+            enforced.add("SystemdCgroup")
+        items = [(p, dict((k, v) for k, v in values.items() if k in enforced or _get(data, p + (k,)) is None))
+                 for p, values in items]
     # a key the template sets with an action (`SystemdCgroup = {{ .SystemdCgroup }}`) is the user's:
     # k3s renders it, so it is neither compared nor set a second time
     items = [(p, dict((k, v) for k, v in values.items() if (p, k) not in templated)) for p, values in items]
     if all(_get(data, p) is not None and all(_same(_get(data, p + (k,)), v) for k, v in values.items())
            for p, values in items):
         return
+    changed = ["%s %s \u2192 %s" % (key, _value_text(_get(data, p + (key,))), _value_text(value))
+               for p, values in items for key, value in values.items()
+               if _get(data, p + (key,)) is not None and not _same(_get(data, p + (key,)), value)]
+    if changed and not ours:
+        plan.setdefault("edit_warnings", []).append(
+            "%s: the table of runtime %s was already there; this task set %s (asked for by the task, or needed so "
+            "that the handler runs %s); every other setting of that table is kept%s [runtime_table_updated]" % (
+                file_path, runtime["name"], ", ".join(changed), runtime["binary"], backup_note(plan)))
     runtime_tables = [t for t in tables if t.path == path and not t.array]
     if not runtime_tables:
         raise TomlEditError("%s: runtime %s is defined with dotted keys or inline tables; define it as "
@@ -650,13 +757,18 @@ def _templated_keys(lines, tables, originals):
 _OUR_KEYS = {"runtime_type", "BinaryName", "SystemdCgroup"}
 
 
-def _only_our_keys(lines, table):
-    """Whether a runtime table holds only the keys this module writes (so removing it loses nothing)."""
-    try:
-        data = tomllib.loads("\n".join(lines[table.start + 1:table.content_end]))
-    except tomllib.TOMLDecodeError:
-        return False
-    return set(data) <= _OUR_KEYS
+def _value_text(value):
+    """A TOML value as a user wrote it (for messages)."""
+    require_tomlkit()
+    return tomlkit.item(value).as_string() if value is not None else "(unset)"
+
+
+def backup_note(plan):
+    """Where the copy of the file before this edit goes (plan["backup"], set by the caller), for messages."""
+    backup = plan.get("backup")
+    if backup:
+        return "; the file before this edit is kept as %s.<time>~" % backup
+    return "; no backup is kept (backup is off): the diff of this task shows what was there"
 
 
 def _same(current, wanted):
@@ -743,7 +855,8 @@ def _render_dropin(plan, schema):
     if plan.get("default_runtime") and plan["default_runtime"]["how"] == "toml":
         items.append((distro.containerd_table(schema), {"default_runtime_name": plan["default_runtime"]["name"]}))
     inherited = plan.get("inherited")
-    systemd_default = False if inherited is not None else None
+    plan["inherited_from"] = inherited
+    systemd_default = plan.get("systemd_cgroup_default", False if inherited is not None else None)
     for runtime in plan["write"]:
         items.extend(runtime_items(schema, runtime, systemd_default, inherited))
     return "%s\nversion = %d\n\n%s" % (MANAGED_HEADER, schema, render_tables(items))
