@@ -49,6 +49,7 @@ import ssl
 import subprocess
 import sys
 import textwrap
+import tomllib
 import time
 import urllib.request
 
@@ -68,6 +69,8 @@ CGROUP_NAME = "k3s-gpu-lab"
 CGROUP_ROOT = "/sys/fs/cgroup"
 CONTAINER_LOG_LINKS = "/var/log/containers"
 RUN_DIRS = ("/run/containerd", "/run/netns")
+# kubelet's device manager ignores --root-dir: its registration socket is always here (pluginapi.KubeletSocket)
+DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 PORTS = {"kine": 23790, "kube-apiserver": 26443, "kube-controller-manager": 20257, "kube-scheduler": 20259,
          "kubelet": 20250, "kubelet-healthz": 20248}
 KUBERNETES = {"1.34": ("kubernetes-v1.34", "v1.34.4+k3s1"), "1.36": ("kubernetes-v1.36", "v1.36.3+k3s1")}
@@ -76,6 +79,10 @@ NVIDIA_MAJOR = 195  # the character major of /dev/nvidia<N> (NVIDIA's driver)
 CDI_KIND = "nvidia.com/gpu"
 SERVICE_CIDR = "10.43.0.0/16"
 START_TIMEOUT = 120
+POD_SUBNET = "10.42.77.0/24"
+# kubelet refuses a loopback node IP: the node gets a documentation address (TEST-NET-2, never routed) on
+# lo for the run, so that nothing of the lab listens beyond this machine
+NODE_IP = "198.51.100.77"
 
 
 class LabError(RuntimeError):
@@ -175,12 +182,23 @@ def check_free():
     if taken:
         raise LabError("cannot start the lab: %s already in use; stop what listens there (ss -ltnp)"
                        % ", ".join(taken))
+    if os.path.lexists(os.path.join(DEVICE_PLUGIN_DIR, "kubelet.sock")):
+        raise LabError("cannot start the lab: %s/kubelet.sock exists: another kubelet (or one a killed lab left without "
+                       "its state file) owns the device plugin directory; stop it or remove the socket" % DEVICE_PLUGIN_DIR)
+    if node_ip_present():
+        raise LabError("cannot start the lab: address %s is already on an interface (ip -br addr); `down` removes the "
+                       "lab's own" % NODE_IP)
     if os.path.lexists(LAB_DIR):
         raise LabError("cannot start the lab: %s exists and is not a lab this script left; remove it or set "
                        "K3S_GPU_CLUSTER_LAB to another directory" % LAB_DIR)
     cgroup = os.path.join(CGROUP_ROOT, "memory", CGROUP_NAME)
     if os.path.exists(cgroup):
         raise LabError("cannot start the lab: cgroup %s exists (another lab?); `down` removes a stale one" % cgroup)
+
+
+def node_ip_present():
+    proc = subprocess.run(["ip", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True, check=False)
+    return (" %s/32 " % NODE_IP) in proc.stdout
 
 
 # ------------------------------------------------------------------ teardown
@@ -263,6 +281,21 @@ def _remove_run_entries(before):
                 os.rmdir(directory)
 
 
+def _remove_device_plugin_dir(before):
+    """kubelet's sockets and checkpoint in the fixed device plugin dir, and the dirs when the lab made them."""
+    if not os.path.isdir(DEVICE_PLUGIN_DIR):
+        return
+    for name in os.listdir(DEVICE_PLUGIN_DIR):
+        if name in ("kubelet.sock", "kubelet_internal_checkpoint") or name.startswith("k3s-gpu-testdouble"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(DEVICE_PLUGIN_DIR, name))
+    kept = before.get("kubelet_dirs", [])
+    for directory in (DEVICE_PLUGIN_DIR, os.path.dirname(DEVICE_PLUGIN_DIR)):
+        if directory not in kept:
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+
+
 def _remove_log_links():
     if not os.path.isdir(CONTAINER_LOG_LINKS):
         return
@@ -321,6 +354,11 @@ def down(quiet=False):
     problems += ["cgroup %s could not be removed" % d for d in _remove_cgroups()]
     problems += ["mount %s could not be removed" % m for m in _umount_all(LAB_DIR)]
     _remove_log_links()
+    _remove_device_plugin_dir((state or {}).get("before", {}))
+    if (state or {}).get("node_ip_added") and node_ip_present():
+        subprocess.run(["ip", "addr", "del", NODE_IP + "/32", "dev", "lo"], capture_output=True, check=False)
+    if node_ip_present() and (state or {}).get("node_ip_added"):
+        problems.append("address %s still on lo" % NODE_IP)
     _remove_run_entries((state or {}).get("before", {}))
     if not problems:
         shutil.rmtree(LAB_DIR, ignore_errors=True)
@@ -365,7 +403,7 @@ def make_certificates():
           "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n")
     issue("kubelet-serving", "/CN=%s" % NODE_NAME,
           "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
-          "subjectAltName=IP:127.0.0.1,DNS:%s,DNS:localhost\n" % NODE_NAME)
+          "subjectAltName=IP:%s,IP:127.0.0.1,DNS:%s,DNS:localhost\n" % (NODE_IP, NODE_NAME))
     client = "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n"
     identities = {
         "admin": "/O=system:masters/CN=k3s-gpu-lab-admin",
@@ -464,7 +502,11 @@ def sandbox_node(state, release, toolkit_bin):
     for name in NVIDIA_BINARIES:
         target = node + "/usr/bin/" + name
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        os.symlink(os.path.join(toolkit_bin, name), target)
+        # a copy, not a symlink: under the node's root an absolute link target points into the node
+        try:
+            os.link(os.path.join(toolkit_bin, name), target)
+        except OSError:
+            shutil.copy2(os.path.join(toolkit_bin, name), target)
     paths = distro.distribution_paths(distro.K3S)
     os.makedirs(node + paths["containerd_dir"], exist_ok=True)
     os.makedirs(node + "/cni/bin")
@@ -492,7 +534,8 @@ def sandbox_node(state, release, toolkit_bin):
                ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_NOCOLOR="1",
                ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
     playbook_bin = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
-    proc = subprocess.run([playbook_bin, "-i", "localhost,", "-c", "local", playbook], env=env,
+    proc = subprocess.run([playbook_bin, "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable,
+                           playbook], env=env,
                           capture_output=True, text=True, timeout=300, check=False)
     with open(path("logs", "converge.log"), "w", encoding="utf-8") as handle:
         handle.write(proc.stdout + proc.stderr)
@@ -502,8 +545,17 @@ def sandbox_node(state, release, toolkit_bin):
     labels = node_labels_of(node, paths)
     state["node"] = {"root": node, "schema": loaded.schema, "labels": labels,
                      "dropin": loaded.dropin[0] if loaded.dropin else None,
-                     "runtimes": sorted(lab._runtimes_of(__import__("tomllib").loads(loaded.config_text)))}  # pylint: disable=protected-access
+                     "runtimes": runtimes_of(loaded)}
     return loaded
+
+
+def runtimes_of(loaded):
+    """The runtime handlers containerd gets: the composed config's and the drop-in's."""
+    names = set()
+    for text in (loaded.config_text, loaded.dropin[1] if loaded.dropin else ""):
+        if text:
+            names |= set(lab._runtimes_of(tomllib.loads(text)))  # pylint: disable=protected-access
+    return sorted(names)
 
 
 def node_labels_of(node, paths):
@@ -543,7 +595,7 @@ def nvidia_runtime_config(toolkit_bin):
             # the lab's NVIDIA Container Runtime config (never /etc): cdi mode, the lab's spec dir
             [nvidia-container-runtime]
             debug = "{log}"
-            log-level = "debug"
+            log-level = "trace"
             mode = "cdi"
             runtimes = ["runc"]
             [nvidia-container-runtime.modes.cdi]
@@ -580,7 +632,7 @@ def fake_devices(gpus):
 def kubelet_config(state, minor):
     config = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-        "address": "127.0.0.1", "port": PORTS["kubelet"], "readOnlyPort": 0,
+        "address": NODE_IP, "port": PORTS["kubelet"], "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1", "healthzPort": PORTS["kubelet-healthz"],
         "tlsCertFile": path("pki", "kubelet-serving.crt"), "tlsPrivateKeyFile": path("pki", "kubelet-serving.key"),
         "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
@@ -610,15 +662,18 @@ def kubelet_config(state, minor):
 
 
 def cni_config(node):
-    """A loopback-only network (no bridge, no iptables): containerd reports the network ready."""
+    """A point-to-point network (a veth per pod, no bridge, no masquerade) with IPAM state in the lab dir."""
     plugin_dir = node + "/cni/bin"
-    for plugin in ("loopback", "host-local"):
+    for plugin in ("ptp", "host-local", "loopback"):
         source = "/usr/lib/cni/" + plugin
         if not os.path.exists(source):
             raise LabError("%s missing: apt-get install containernetworking-plugins (scripts/cluster-lab.sh does)" % source)
         shutil.copy2(source, os.path.join(plugin_dir, plugin))
+    network = {"cniVersion": "1.0.0", "name": "k3s-gpu-lab", "plugins": [{
+        "type": "ptp", "ipMasq": False, "mtu": 1400,
+        "ipam": {"type": "host-local", "dataDir": path("cni-ipam"), "ranges": [[{"subnet": POD_SUBNET}]]}}]}
     with open(node + "/cni/net.d/10-lab.conflist", "w", encoding="utf-8") as handle:
-        json.dump({"cniVersion": "1.0.0", "name": "lab", "plugins": [{"type": "loopback"}]}, handle)
+        json.dump(network, handle)
 
 
 # ------------------------------------------------------------------ up
@@ -661,7 +716,12 @@ def up(minor, release, gpus, strategy):  # pylint: disable=too-many-locals,too-m
     state = {"lab_dir": LAB_DIR, "kubernetes": minor, "release": release, "gpus": gpus, "strategy": strategy,
              "binaries": binaries, "processes": {}, "containerd_line": line_key,
              "containerd_socket": path("containerd", "c.sock"),
-             "before": {"run_entries": _run_entries(), "run_dirs": [d for d in RUN_DIRS if os.path.isdir(d)]}}
+             "before": {"run_entries": _run_entries(), "run_dirs": [d for d in RUN_DIRS if os.path.isdir(d)],
+                        "kubelet_dirs": [d for d in (os.path.dirname(DEVICE_PLUGIN_DIR), DEVICE_PLUGIN_DIR)
+                                         if os.path.isdir(d)]}}
+    write_state(state)
+    subprocess.run(["ip", "addr", "add", NODE_IP + "/32", "dev", "lo"], capture_output=True, check=True)
+    state["node_ip_added"] = True
     write_state(state)
     for controller in os.listdir(CGROUP_ROOT):
         base = os.path.join(CGROUP_ROOT, controller)
@@ -717,7 +777,7 @@ def up(minor, release, gpus, strategy):  # pylint: disable=too-many-locals,too-m
         binaries["kube-controller-manager"], "--kubeconfig=" + path("kube-controller-manager.kubeconfig"),
         "--bind-address=127.0.0.1", "--secure-port=%d" % PORTS["kube-controller-manager"], "--leader-elect=false",
         "--service-account-private-key-file=%s/sa.key" % pki, "--root-ca-file=%s/ca.crt" % pki,
-        "--use-service-account-credentials=false", "--cluster-cidr=10.42.0.0/16", "--allocate-node-cidrs=true",
+        "--use-service-account-credentials=true", "--cluster-cidr=10.42.0.0/16", "--allocate-node-cidrs=true",
         "--node-cidr-mask-size=24", "--service-cluster-ip-range=" + SERVICE_CIDR,
         "--cert-dir=%s/kcm-certs" % pki,
     ])
@@ -731,14 +791,18 @@ def up(minor, release, gpus, strategy):  # pylint: disable=too-many-locals,too-m
     labels = state["node"]["labels"]
     start(state, "kubelet", [
         binaries["kubelet"], "--config=" + kubelet_cfg, "--kubeconfig=" + path("kubelet.kubeconfig"),
-        "--root-dir=" + path("kubelet", "root"), "--hostname-override=" + NODE_NAME, "--node-ip=127.0.0.1",
+        "--root-dir=" + path("kubelet", "root"), "--hostname-override=" + NODE_NAME, "--node-ip=" + NODE_IP,
         "--cert-dir=" + path("kubelet", "pki"), "--node-labels=" + ",".join(labels), "--v=2",
     ])
-    socket_path = path("kubelet", "root", "device-plugins", "kubelet.sock")
+    socket_path = os.path.join(DEVICE_PLUGIN_DIR, "kubelet.sock")
     wait_for("its device plugin socket", lambda: os.path.exists(socket_path), state, "kubelet")
     start(state, "device-plugin", [binaries["device_plugin"], "--device-plugin-dir", os.path.dirname(socket_path),
                                    "--gpus", str(gpus), "--strategy", strategy])
     wait_for("node %s Ready with %d nvidia.com/gpu" % (NODE_NAME, gpus), lambda: node_ready(state, gpus), state, "kubelet")
+    wait_for("the default ServiceAccount (pods can be created)",
+             lambda: subprocess.run([binaries["kubectl"], "--kubeconfig", path("kubeconfig"), "get", "serviceaccount",
+                                     "default", "-n", "default"], capture_output=True, check=False).returncode == 0,
+             state, "kube-controller-manager")
     shipped = release_runtimeclasses(state)
     state["shipped_runtimeclasses"] = shipped
     state["up_seconds"] = round(time.monotonic() - started, 1)

@@ -85,10 +85,10 @@ func (p *plugin) Allocate(_ context.Context, request *api.AllocateRequest) (*api
 			allocation.Envs = map[string]string{"NVIDIA_VISIBLE_DEVICES": strings.Join(ids, ",")}
 		case "cdi-cri":
 			for _, id := range ids {
-				allocation.CDIDevices = append(allocation.CDIDevices, &api.CDIDevice{Name: cdiKind + "=" + id})
+				allocation.CdiDevices = append(allocation.CdiDevices, &api.CDIDevice{Name: cdiKind + "=" + id})
 			}
 		}
-		log.Printf("Allocate (%s): devices %v -> envs %v, CDI devices %v", p.strategy, ids, allocation.Envs, allocation.CDIDevices)
+		log.Printf("Allocate (%s): devices %v -> envs %v, CDI devices %v", p.strategy, ids, allocation.Envs, allocation.CdiDevices)
 		response.ContainerResponses = append(response.ContainerResponses, allocation)
 	}
 	return response, nil
