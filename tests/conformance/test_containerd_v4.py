@@ -8,7 +8,8 @@
 The binaries are built at test time from the Go module proxy (`github.com/containerd/containerd/v2`
 v2.2.7 and v2.3.4) by tests/testbins.py into its cache outside the clone (Debian has no 2.2 or 2.3); a
 binary that cannot be built fails these tests with the module, the version and the builder's error.
-Each case runs the engine on a plain containerd node tree (runtime_info's reading, the plan, the TOML edit) and loads what it wrote with `containerd --config F config dump`:
+Each case runs the engine on a plain containerd node tree (runtime_info's reading, the plan, the TOML
+edit) and loads what it wrote with `containerd --config F config dump`:
 
 - a v4 config (2.3.4's own `config default`) edited by the engine stays v4 and loads in 2.3.4 as v4
   (no migration), with the runtime tables at the v3 CRI paths;
