@@ -29,6 +29,8 @@ if [[ $1 == up ]]; then
     apt_ensure containernetworking-plugins openssl runc busybox-static
     [[ -x "$ROOT/.venv/bin/python" ]] || bash "$HERE/test.sh" setup >/dev/null
     bash "$HERE/install-go.sh" >/dev/null
+    # the runtimeclasses playbook applies through the API: kubernetes.core and the Python client
+    kubernetes_core_ensure "$ROOT/.venv/bin/python" "$ROOT/.tmp/extra-collections"
 fi
 [[ -x "$ROOT/.venv/bin/python" ]] || die "no $ROOT/.venv: run ./scripts/test.sh setup"
 exec "$ROOT/.venv/bin/python" "$ROOT/tests/cluster/clusterlab.py" "$@"

@@ -245,3 +245,28 @@ go_path() {
         command -v go
     fi
 }
+
+# ---------------------------------------------------------------- kubernetes.core
+# kubernetes_core_ensure PYTHON DEST: the kubernetes.core collection (an optional dependency of the
+# runtimeclasses and verify playbooks) under DEST/ansible_collections, taken from the `ansible` wheel
+# on PyPI (Galaxy is not reachable here); only that collection is extracted.
+KUBERNETES_CORE_FROM=ansible==12.3.0   # carries kubernetes.core 6.2.0 (ansible-core 2.16+)
+kubernetes_core_ensure() {
+    local python=$1 dest=$2 wheel_dir
+    [[ -f "$dest/ansible_collections/kubernetes/core/MANIFEST.json" ]] && return 0
+    wheel_dir=$(mktemp -d)
+    "$python" -m pip download -q --no-deps -d "$wheel_dir" "$KUBERNETES_CORE_FROM" \
+        || die "pip download $KUBERNETES_CORE_FROM failed (the source of kubernetes.core)"
+    mkdir -p "$dest"
+    "$python" - "$wheel_dir" "$dest" <<'PY'
+import glob, sys, zipfile
+wheel = glob.glob(sys.argv[1] + "/ansible-*.whl")[0]
+with zipfile.ZipFile(wheel) as archive:
+    for name in archive.namelist():
+        if name.startswith("ansible_collections/kubernetes/core/"):
+            archive.extract(name, sys.argv[2])
+PY
+    rm -rf "$wheel_dir"
+    [[ -f "$dest/ansible_collections/kubernetes/core/MANIFEST.json" ]] || die "kubernetes.core not found in $KUBERNETES_CORE_FROM"
+    log "kubernetes.core from $KUBERNETES_CORE_FROM in $dest"
+}

@@ -16,7 +16,9 @@ ROOT=$(repo_root)
 cd "$ROOT"
 
 # Stages in run order. To add one: write stage_<name>() below, add <name> here and a description.
-STAGES=(setup lint units sanity integration conformance molecule)
+STAGES=(setup lint units sanity integration conformance kubernetes molecule)
+# Run only when named (scripts/test.sh kubernetes-1.34): CI runs the newer Kubernetes line.
+EXTRA_STAGES=(kubernetes-1.34)
 declare -A STAGE_DESC=(
     [setup]="apt packages, venvs, get-pip seed, collection paths"
     [lint]="yamllint, shellcheck, ansible-lint production, antsibull-changelog/-docs lint, ansible-doc"
@@ -24,6 +26,8 @@ declare -A STAGE_DESC=(
     [sanity]="ansible-test sanity 2.19/py3.11 and 2.21/py3.12; compile+import on py3.8"
     [integration]="ansible-test integration 2.19/py3.11"
     [conformance]="real containerd 1.6/1.7/2.1 (Debian) and 2.2/2.3 (built): config dump, CRI, pods; nvidia-ctk; Helm"
+    [kubernetes]="the cluster lab (scripts/cluster-lab.sh): real kube-apiserver and kubelet, the seed's GPU pod"
+    [kubernetes-1.34]="the cluster lab's tests on the older Kubernetes line (1.34; not in the default run)"
     [molecule]="molecule scenarios of the gpu_node role (extensions/molecule)"
 )
 
@@ -211,6 +215,31 @@ stage_conformance() {
     checks_result
 }
 
+# ------------------------------------------------------------------ kubernetes
+# The cluster lab's binaries are built from the Go module proxy on first use (the Kubernetes line: about
+# 5 minutes on 2 cores when Go's caches are cold), then each lab starts in seconds.
+cluster_lab_tests() {
+    local lines=$1
+    check "build the cluster lab's binaries (Kubernetes $lines, kine, containerd, toolkit, device plugin test double)" \
+        bash scripts/build-test-binaries.sh "kubernetes-v$lines" kine device-plugin-testdouble containerd-2.3 \
+        containerd-2.2 nvidia-container-toolkit
+    apt_ensure containernetworking-plugins openssl
+    kubernetes_core_ensure "$VENV/bin/python" "$ROOT/.tmp/extra-collections"
+    check "pytest tests/cluster (Kubernetes $lines, strategies envvar and cdi-cri)" \
+        env PYTHONPATH="$COLL_PATH" K3S_GPU_LAB_KUBERNETES="$lines" "$VENV/bin/python" -m pytest tests/cluster -q -s \
+        -p no:cacheprovider
+    checks_result
+}
+
+stage_kubernetes() {
+    cluster_lab_tests 1.36
+}
+
+# shellcheck disable=SC2329  # called through run_stage by its name
+stage_kubernetes-1.34() {
+    cluster_lab_tests 1.34
+}
+
 # ------------------------------------------------------------------ molecule
 stage_molecule() {
     local scenario lane_log lane_pid nspawn=() others=()
@@ -249,7 +278,7 @@ molecule_check() {
 usage() {
     printf 'usage: %s [--list] [STAGE...]\nstages (run in this order; setup always runs first):\n' "$0"
     local s
-    for s in "${STAGES[@]}"; do printf '  %-12s %s\n' "$s" "${STAGE_DESC[$s]}"; done
+    for s in "${STAGES[@]}" "${EXTRA_STAGES[@]}"; do printf '  %-16s %s\n' "$s" "${STAGE_DESC[$s]}"; done
 }
 
 main() {
@@ -263,7 +292,8 @@ main() {
                wanted+=("$arg") ;;
         esac
     done
-    for s in "${STAGES[@]}"; do
+    for s in "${STAGES[@]}" "${EXTRA_STAGES[@]}"; do
+        if [[ " ${EXTRA_STAGES[*]} " == *" $s "* && " ${wanted[*]} " != *" $s "* ]]; then continue; fi
         if [[ $s == setup || ${#wanted[@]} -eq 0 || " ${wanted[*]} " == *" $s "* ]]; then
             selected+=("$s")
         fi

@@ -46,6 +46,7 @@ import shutil
 import signal
 import socket
 import ssl
+import stat
 import subprocess
 import sys
 import textwrap
@@ -65,6 +66,7 @@ from ansible_collections.k3s_gpu.nvidia.tests.conformance import cases, lab  # n
 LAB_DIR = os.environ.get("K3S_GPU_CLUSTER_LAB", "/tmp/k3s-gpu-cluster-lab")
 MARKER = "K3S_GPU_CLUSTER_LAB"
 NODE_NAME = "lab-node"
+COLLECTIONS_PATH = os.pathsep.join((os.path.join(ROOT, ".tmp", "collections"), os.path.join(ROOT, ".tmp", "extra-collections")))
 CGROUP_NAME = "k3s-gpu-lab"
 CGROUP_ROOT = "/sys/fs/cgroup"
 CONTAINER_LOG_LINKS = "/var/log/containers"
@@ -262,15 +264,30 @@ def _run_entries():
     return sorted(entries)
 
 
+def _dead_socket(entry):
+    """A unix socket nobody listens on (a shim of this lab that is gone); a live one may be another lab's."""
+    if not stat.S_ISSOCK(os.lstat(entry).st_mode):
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        try:
+            probe.connect(entry)
+        except OSError:
+            return True
+    return False
+
+
 def _remove_run_entries(before):
+    """New entries under /run/containerd (the shims' sockets, runc's state dirs are paths they hard-code) that
+    are dead sockets or empty dirs; a live socket or a busy dir is another containerd's and stays."""
     kept = set(before.get("run_entries", []))
     for entry in sorted(set(_run_entries()) - kept, key=len, reverse=True):
-        if os.path.ismount(entry):
-            subprocess.run(["umount", entry], capture_output=True, check=False)
-        if os.path.isdir(entry) and not os.path.islink(entry):
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):
+            if os.path.islink(entry) or not os.path.exists(entry):
+                continue
+            if os.path.isdir(entry):
+                os.rmdir(entry)  # only when empty
+            elif _dead_socket(entry):
                 os.unlink(entry)
     for directory in RUN_DIRS:
         if directory not in before.get("run_dirs", []) and os.path.isdir(directory):
@@ -530,9 +547,7 @@ def sandbox_node(state, release, toolkit_bin):
                   ansible.builtin.debug:
                     var: written
             """).format(root=node, release=release))
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".tmp", "collections"),
-               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
+    env = ansible_env()
     playbook_bin = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
     proc = subprocess.run([playbook_bin, "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable,
                            playbook], env=env,
@@ -542,6 +557,10 @@ def sandbox_node(state, release, toolkit_bin):
     if proc.returncode != 0:
         raise LabError("the collection's module failed on the sandbox node:\n%s" % (proc.stdout[-3000:] + proc.stderr[-2000:]))
     loaded = cases.compose_node(node, distro.K3S, release, ["/usr/bin/" + name for name in NVIDIA_BINARIES])
+    # k3s writes the composed config.toml into the node's containerd dir at each start: so does the lab, so that
+    # what the collection reads on the node afterwards (the loaded config) is what the node would have
+    with open(node + paths["config"], "w", encoding="utf-8") as handle:
+        handle.write(loaded.config_text.replace('"%s/' % node, '"/'))  # the node's own paths, as k3s writes them
     labels = node_labels_of(node, paths)
     state["node"] = {"root": node, "schema": loaded.schema, "labels": labels,
                      "dropin": loaded.dropin[0] if loaded.dropin else None,
@@ -556,6 +575,38 @@ def runtimes_of(loaded):
         if text:
             names |= set(lab._runtimes_of(tomllib.loads(text)))  # pylint: disable=protected-access
     return sorted(names)
+
+
+def ansible_env():
+    """ansible-playbook with the collection (through the checkout's symlink) and kubernetes.core."""
+    return dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS_PATH, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default",
+                ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
+
+
+def write_inventory(state):
+    """The lab node as an inventory: a k3s server with a GPU, its sandbox root and the lab's kubeconfig."""
+    inventory = {"all": {
+        "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                 "gpu_node_root": state["node"]["root"], "gpu_node_distribution": "k3s",
+                 "gpu_node_release": state["release"], "runtimeclasses_method": "api",
+                 "runtimeclasses_kubeconfig": path("kubeconfig"), "k3s_gpu_kubeconfig": path("kubeconfig")},
+        "children": {"server": {"hosts": {NODE_NAME: {}}}}}}
+    with open(path("inventory.yml"), "w", encoding="utf-8") as handle:
+        json.dump(inventory, handle, indent=2)
+    return path("inventory.yml")
+
+
+def run_playbook(name, *extra, check=True):
+    """ansible-playbook k3s_gpu.nvidia.<name> on the lab's inventory; (rc, output)."""
+    playbook_bin = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+    proc = subprocess.run([playbook_bin, "-i", path("inventory.yml"), "k3s_gpu.nvidia." + name] + list(extra),
+                          env=ansible_env(), capture_output=True, text=True, timeout=600, check=False)
+    output = proc.stdout + proc.stderr
+    with open(path("logs", "playbook-%s.log" % name), "a", encoding="utf-8") as handle:
+        handle.write(output)
+    if check and proc.returncode != 0:
+        raise LabError("k3s_gpu.nvidia.%s failed on the lab:\n%s" % (name, output[-4000:]))
+    return proc.returncode, output
 
 
 def node_labels_of(node, paths):
@@ -805,6 +856,10 @@ def up(minor, release, gpus, strategy):  # pylint: disable=too-many-locals,too-m
              state, "kube-controller-manager")
     shipped = release_runtimeclasses(state)
     state["shipped_runtimeclasses"] = shipped
+    write_inventory(state)
+    run_playbook("runtimeclasses")
+    state["runtimeclasses"] = sorted(item["metadata"]["name"] for item in json.loads(
+        kubectl(state, "get", "runtimeclass", "-o", "json"))["items"])
     state["up_seconds"] = round(time.monotonic() - started, 1)
     write_state(state)
     log("cluster lab: Kubernetes %s (%s), containerd %s, node %s with %d fake GPU(s), strategy %s, up in %.1f s"
@@ -812,6 +867,8 @@ def up(minor, release, gpus, strategy):  # pylint: disable=too-many-locals,too-m
            state["up_seconds"]))
     log("  lab-only containerd keys: %s" % "; ".join(state["containerd_overrides"]))
     log("  RuntimeClasses as the release ships them: %s" % (", ".join(shipped) or "none"))
+    log("  RuntimeClasses after k3s_gpu.nvidia.runtimeclasses: %s (inventory %s)"
+        % (", ".join(state["runtimeclasses"]), path("inventory.yml")))
     log("BUSYBOX_IMAGE=%s" % state["images"]["busybox"])
     log("KUBECONFIG=%s" % path("kubeconfig"))
     return state

@@ -152,14 +152,29 @@ def handlers_of(lab):
     return [name for name in lab.state["node"]["runtimes"] if name in NVIDIA_HANDLERS]
 
 
+def test_the_runtimeclasses_playbook_applies_ours_through_the_kubeconfig(cluster):
+    """The task users run, through KUBECONFIG (no `k3s kubectl`): what the release lacks, then nothing."""
+    managed = "app.kubernetes.io/managed-by=k3s_gpu.nvidia"
+    cluster.kubectl("delete", "runtimeclass", "-l", managed)  # `up` applied them: start from the release's own
+    assert not cluster.get("runtimeclass", "-l", managed)["items"]
+    first_rc, first = clusterlab.run_playbook("runtimeclasses", check=False)
+    second_rc, second = clusterlab.run_playbook("runtimeclasses", check=False)
+    assert first_rc == 0 and re.search(r"lab-node\s*:.*changed=[1-9]", first), first[-3000:]
+    assert second_rc == 0 and re.search(r"lab-node\s*:.*changed=0\s", second), second[-3000:]
+    ours = {item["metadata"]["name"]: item["handler"] for item in cluster.get("runtimeclass", "-l", managed)["items"]}
+    shipped = set(cluster.state["shipped_runtimeclasses"])
+    wanted = {name for name in handlers_of(cluster) if name not in shipped}
+    assert ours == {name: name for name in wanted} and "nvidia-cdi" in ours, (ours, shipped)
+    classes = {item["metadata"]["name"] for item in cluster.get("runtimeclass")["items"]}
+    assert set(handlers_of(cluster)) <= classes, classes
+
+
 def test_every_nvidia_handler_runs_a_pod_through_its_own_binary(cluster):
     handlers = handlers_of(cluster)
     assert {"nvidia", "nvidia-cdi", "nvidia-legacy"} <= set(handlers), cluster.state["node"]
     classes = {item["metadata"]["name"]: item["handler"] for item in cluster.get("runtimeclass")["items"]}
     for handler in handlers:
-        if handler not in classes:  # the collection's RuntimeClasses for what the release does not ship
-            cluster.kubectl("apply", "-f", "-", stdin=json.dumps({
-                "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": handler}, "handler": handler}))
+        assert classes.get(handler) == handler, "no RuntimeClass for handler %s: %s" % (handler, classes)
         name = cluster.pod("handler-" + handler.replace(".", "-"), handler, "echo ran-through-%s" % handler)
         pod = cluster.wait_phase(name, ("Succeeded", "Failed"))
         assert pod["status"]["phase"] == "Succeeded", pod["status"]
