@@ -75,7 +75,9 @@ RUN_DIRS = ("/run/containerd", "/run/netns")
 DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 PORTS = {"kine": 23790, "kube-apiserver": 26443, "kube-controller-manager": 20257, "kube-scheduler": 20259,
          "kubelet": 20250, "kubelet-healthz": 20248}
-KUBERNETES = {"1.34": ("kubernetes-v1.34", "v1.34.4+k3s1"), "1.36": ("kubernetes-v1.36", "v1.36.3+k3s1")}
+# the Kubernetes line -> its build and the default k3s release (the same minor; 1.34.6 is the first of its line
+# with containerd 2.2 and drop-ins)
+KUBERNETES = {"1.34": ("kubernetes-v1.34", "v1.34.6+k3s1"), "1.36": ("kubernetes-v1.36", "v1.36.3+k3s1")}
 NVIDIA_BINARIES = ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy")
 NVIDIA_MAJOR = 195  # the character major of /dev/nvidia<N> (NVIDIA's driver)
 CDI_KIND = "nvidia.com/gpu"

@@ -220,3 +220,109 @@ def test_allocatable_is_the_gpu_count_and_one_more_stays_pending(cluster):
     cluster.report["pods"].append({"pod": name, "runtimeClassName": "nvidia", "phase": "Pending", "handler_binary": None,
                                    "devices": None, "why": message})
     cluster.kubectl("delete", "pod", name, "-n", "default", "--wait=true", "--timeout=60s")
+
+
+def _chart_objects(cluster, tmp_path, settings):
+    """Our device-plugin HelmChart for the lab node, rendered with NVIDIA's chart as helm-controller would."""
+    from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro  # pylint: disable=import-outside-toplevel
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as dp  # pylint: disable=import-outside-toplevel
+    from ansible_collections.k3s_gpu.nvidia.tests import testbins  # pylint: disable=import-outside-toplevel
+    from ansible_collections.k3s_gpu.nvidia.tests.conformance import test_device_plugin_chart as chart_checks  # pylint: disable=import-outside-toplevel
+
+    node = {"host": clusterlab.NODE_NAME, "handlers": handlers_of(cluster),
+            "cdi_enabled": cluster.strategy == "cdi-cri", "cdi_spec": cluster.strategy == "cdi-cri"}
+    release = cluster.state["release"]
+    plan = dp.plan_cluster({"distribution": "k3s", "release": release, "paths": distro.distribution_paths("k3s")},
+                           settings, [node], cluster.state["shipped_runtimeclasses"])
+    chart = chart_checks._shared_file(*chart_checks.CHART_ARCHIVE)  # pylint: disable=protected-access
+    spec = plan["objects"][0]["spec"]
+    values = tmp_path / "values.yaml"
+    values.write_text(spec["valuesContent"], encoding="utf-8")
+    proc = subprocess.run([testbins.require("helm-render", "helm-render"), plan["objects"][0]["metadata"]["name"], chart,
+                           "-n", spec["targetNamespace"], "-f", str(values), "--kube-version", release.split("+")[0]],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return plan, proc.stdout
+
+
+def _daemonset_pods(cluster, namespace, name):
+    pods = cluster.get("pods", "-n", namespace)["items"]
+    return [pod for pod in pods if any(ref.get("kind") == "DaemonSet" and ref.get("name") == name
+                                       for ref in pod["metadata"].get("ownerReferences", []))]
+
+
+def test_the_device_plugin_chart_places_its_daemonset_by_our_labels(cluster, tmp_path):
+    """NVIDIA's chart with our values (time-slicing) in the API server: the DaemonSet's pod lands on the node
+    while it has the role's GPU label, with runtimeClassName nvidia, and leaves once the label is gone. The
+    image is absent: placement is checked, not the plugin."""
+    plan, manifests = _chart_objects(cluster, tmp_path, {"sharing": {"strategy": "time-slicing", "replicas": 2}})
+    namespace = plan["objects"][0]["spec"]["targetNamespace"]
+    cluster.kubectl("create", "namespace", namespace, check=False)
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=manifests)
+    created = {(item["kind"], item["metadata"]["name"]) for item in cluster.get("daemonset,configmap", "-n", namespace)["items"]}
+    assert ("ConfigMap", "nvidia-device-plugin-configs") in created, created
+    daemonset = next(name for kind, name in created if kind == "DaemonSet" and name.endswith("nvidia-device-plugin"))
+    label = next(iter(plan["node_labels"][clusterlab.NODE_NAME]))  # nvidia.com/gpu.present
+    node_labels = cluster.get("node", clusterlab.NODE_NAME)["metadata"]["labels"]
+    assert node_labels.get(label) == plan["node_labels"][clusterlab.NODE_NAME][label], node_labels
+    deadline = time.monotonic() + 60
+    pods = []
+    while time.monotonic() < deadline and not pods:
+        pods = _daemonset_pods(cluster, namespace, daemonset)
+        time.sleep(0.5)
+    assert len(pods) == 1 and pods[0]["spec"]["nodeName"] == clusterlab.NODE_NAME, pods
+    assert pods[0]["spec"]["runtimeClassName"] == "nvidia"
+    cluster.report["pods"].append({"pod": pods[0]["metadata"]["name"], "runtimeClassName": "nvidia",
+                                   "phase": pods[0]["status"].get("phase"), "handler_binary": None, "devices": None,
+                                   "node": pods[0]["spec"]["nodeName"], "why": "NVIDIA's DaemonSet, placed (image absent)"})
+    cluster.kubectl("label", "node", clusterlab.NODE_NAME, label + "-")
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _daemonset_pods(cluster, namespace, daemonset):
+            time.sleep(0.5)
+        assert not _daemonset_pods(cluster, namespace, daemonset)
+        assert cluster.get("daemonset", daemonset, "-n", namespace)["status"]["desiredNumberScheduled"] == 0
+    finally:
+        cluster.kubectl("label", "node", clusterlab.NODE_NAME, "%s=%s" % (label, plan["node_labels"][clusterlab.NODE_NAME][label]))
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def test_every_helmchart_the_collection_writes_is_created_with_k3s_crds(cluster, tmp_path):
+    """k3s's helm-controller CRDs (../shared/reference/crds) in the API server, then each HelmChart and
+    HelmChartConfig object the collection writes: device plugin (default, sharing, cdi-cri) and GPU Operator."""
+    crds = os.path.join(os.environ.get("K3S_GPU_SHARED") or os.path.join(os.path.dirname(ROOT), "shared"), "reference", "crds")
+    if not os.path.isdir(crds):
+        pytest.fail("%s missing: k3s's helm-controller CRDs come from the shared material (K3S_GPU_SHARED)" % crds, pytrace=False)
+    cluster.kubectl("apply", "-f", crds)
+    cluster.kubectl("wait", "--for=condition=Established", "crd/helmcharts.helm.cattle.io", "crd/helmchartconfigs.helm.cattle.io",
+                    "--timeout=60s")
+    objects = []
+    for settings in ({}, {"sharing": {"strategy": "mps", "replicas": 4}}, {"gfd": True}):
+        plan, _manifests = _chart_objects(cluster, tmp_path, settings)
+        objects += plan["objects"]
+    objects += _operator_objects(cluster)
+    kinds = sorted({obj["kind"] for obj in objects})
+    assert "HelmChart" in kinds, kinds
+    for index, obj in enumerate(objects):
+        obj = json.loads(json.dumps(obj))
+        obj["metadata"]["name"] = "%s-%d" % (obj["metadata"]["name"], index)  # each one created, side by side
+        obj["metadata"].setdefault("namespace", "kube-system")
+        cluster.kubectl("create", "-f", "-", stdin=json.dumps(obj))
+        created = cluster.get(obj["kind"].lower() + ".helm.cattle.io", obj["metadata"]["name"], "-n", obj["metadata"]["namespace"])
+        # the server keeps every field we wrote (and adds the CRD's defaults, such as failurePolicy)
+        assert {key: created["spec"].get(key) for key in obj["spec"]} == obj["spec"], (created["spec"], obj["spec"])
+    cluster.report["helmcharts_created"] = [(obj["kind"], obj["metadata"].get("name")) for obj in objects]
+
+
+def _operator_objects(cluster):
+    """The GPU Operator HelmCharts the collection writes for the lab's release: from the repository, air-gapped."""
+    from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro  # pylint: disable=import-outside-toplevel
+    from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _gpu_operator as operator  # pylint: disable=import-outside-toplevel
+
+    cluster_info = {"distribution": "k3s", "release": cluster.state["release"], "paths": distro.distribution_paths("k3s")}
+    nodes = [{"host": clusterlab.NODE_NAME, "mode": "operator", "driver_install": False}]
+    objects = []
+    version = distro.GPU_OPERATOR_CHART["default_version"]
+    for settings in ({}, {"chart_archive": "gpu-operator-%s.tgz" % version}):
+        objects += operator.plan_cluster(cluster_info, settings, nodes)["objects"]
+    return objects
