@@ -734,6 +734,8 @@ def up(minor, release, gpus, strategy):  # pylint: disable=too-many-locals,too-m
     stale = read_state()
     if stale is not None:
         running = [name for name, record in stale.get("processes", {}).items() if _alive(record)]
+        if running and not stale.get("ready") and not _alive(stale.get("owner")):
+            running = []  # an `up` that was killed before it finished: its daemons are leftovers, not a lab
         if running:
             raise LabError("a cluster lab already runs in %s (%s); `scripts/cluster-lab.sh down` first"
                            % (LAB_DIR, ", ".join(running)))
@@ -769,6 +771,7 @@ def up(minor, release, gpus, strategy):  # pylint: disable=too-many-locals,too-m
     state = {"lab_dir": LAB_DIR, "kubernetes": minor, "release": release, "gpus": gpus, "strategy": strategy,
              "binaries": binaries, "processes": {}, "containerd_line": line_key,
              "containerd_socket": path("containerd", "c.sock"),
+             "owner": {"pid": os.getpid(), "start": _proc_start(os.getpid())}, "ready": False,
              "before": {"run_entries": _run_entries(), "run_dirs": [d for d in RUN_DIRS if os.path.isdir(d)],
                         "kubelet_dirs": [d for d in (os.path.dirname(DEVICE_PLUGIN_DIR), DEVICE_PLUGIN_DIR)
                                          if os.path.isdir(d)]}}
@@ -863,6 +866,7 @@ def up(minor, release, gpus, strategy):  # pylint: disable=too-many-locals,too-m
     state["runtimeclasses"] = sorted(item["metadata"]["name"] for item in json.loads(
         kubectl(state, "get", "runtimeclass", "-o", "json"))["items"])
     state["up_seconds"] = round(time.monotonic() - started, 1)
+    state["ready"] = True
     write_state(state)
     log("cluster lab: Kubernetes %s (%s), containerd %s, node %s with %d fake GPU(s), strategy %s, up in %.1f s"
         % (testbins.BUILDS[build_key].version, release, testbins.BUILDS[line_key].version, NODE_NAME, gpus, strategy,
