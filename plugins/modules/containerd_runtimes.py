@@ -35,7 +35,8 @@ description:
   - "On plain containerd with O(root=/) the node's own containerd reads every new config or drop-in before it replaces
     the old one (C(<containerd> --config <new file> config dump)) unless O(validate) is given; O(validate=\"\") turns that off."
   - "Each runtime this module adds starts from the table of the runtime C(default_runtime_name) names (runc's when unset
-    or not a runc shim; on k3s/rke2 too, where a template or another drop-in names it; RV(inherited_from) says which), every key and option but C(runtime_type), C(BinaryName), C(runtime_engine) and C(runtime_root),
+    or not a runc shim; on k3s/rke2 too, where a template or another drop-in names it; RV(inherited_from) says which),
+    every key and option but C(runtime_type), C(BinaryName), C(runtime_engine) and C(runtime_root),
     as C(nvidia-ctk runtime configure) does; the differences and the refusals of plain containerd (C(cri_disabled),
     C(config_version_1), C(runtime_not_loaded), C(external_runtime)) and the C(cgroup_driver_mismatch) warning are in the
     collection's docs/plain-containerd.md."

@@ -629,7 +629,7 @@ def containerd_config(state, loaded, line_bin):
              lab.Override(table, "enable_cdi", True, "CDI on (containerd 2.x's default; written for the record)", "set")]
     text, applied = lab.apply_lab_overrides(loaded.config_text, "2.x", run_pods=True, opt_path=path("opt"), extra=extra)
     if loaded.dropin:
-        dropin_text, _ = lab.apply_lab_overrides(loaded.dropin[1], "2.x", run_pods=True, only_runtimes=True)
+        dropin_text, _applied = lab.apply_lab_overrides(loaded.dropin[1], "2.x", run_pods=True, only_runtimes=True)
         with open(loaded.dropin[0], "w", encoding="utf-8") as handle:
             handle.write(dropin_text)
     config_path = path("containerd", "config.toml")
@@ -798,8 +798,8 @@ def up(minor, release, gpus, strategy):  # pylint: disable=too-many-locals,too-m
                                 "--state", path("containerd", "state"), "--address", state["containerd_socket"]],
           env={"PATH": shim_dir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                "NVIDIA_CTK_CONFIG_FILE_PATH": runtime_config})
-    wait_for("its socket", lambda: subprocess.run([binaries["ctr"], "-a", state["containerd_socket"], "version"],
-                                                   capture_output=True, check=False).returncode == 0,
+    ctr_version = [binaries["ctr"], "-a", state["containerd_socket"], "version"]
+    wait_for("its socket", lambda: subprocess.run(ctr_version, capture_output=True, check=False).returncode == 0,
              state, "containerd", 30)
     images = lab.build_images(path("images"))
     for kind in ("busybox", "pause"):
@@ -912,7 +912,7 @@ def status():
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="cluster-lab.sh", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="cluster-lab.sh", description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = parser.add_subparsers(dest="command", required=True)
     up_parser = sub.add_parser("up", help="start the lab")
     up_parser.add_argument("--kubernetes", choices=sorted(KUBERNETES), default="1.36")

@@ -108,8 +108,8 @@ class Lab:
             time.sleep(0.5)
         events = self.kubectl("get", "events", "-n", "default", "--field-selector", "involvedObject.name=" + name,
                               check=False).stdout
-        pytest.fail("pod %s not %s in %d s: %s\nevents:\n%s" % (name, "/".join(phases), timeout,
-                                                                 json.dumps(pod and pod["status"])[:2000], events),
+        status = json.dumps(pod and pod["status"])[:2000]
+        pytest.fail("pod %s not %s in %d s: %s\nevents:\n%s" % (name, "/".join(phases), timeout, status, events),
                     pytrace=False)
         return None
 

@@ -84,7 +84,7 @@ class Node(lab.NodeTree):
 @pytest.mark.parametrize("line", ["2.x", "1.7"])
 @pytest.mark.parametrize("default, systemd, privileged", [("crun", False, True), ("runc", True, False)])
 def test_new_runtimes_inherit_the_default_runtime_in_real_containerd(lab_versions, tmp_path, line, default, systemd,
-                                                                      privileged):
+                                                                     privileged):
     schema = LINE_SCHEMA[line]
     node = Node(tmp_path)
     node.write("/etc/containerd/config.toml", crun_config(schema, default))
