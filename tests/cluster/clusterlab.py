@@ -621,7 +621,7 @@ def node_labels_of(node, paths):
     return labels
 
 
-def containerd_config(state, loaded, line_bin):
+def containerd_config(state, loaded):
     """The composed config, the dropin beside it, plus the lab's own keys (printed)."""
     cdi_dir = path("cdi")
     table = lab.V3_RUNTIME if loaded.schema >= 3 else lab.V2_CRI
@@ -672,7 +672,7 @@ def fake_devices(gpus):
     devices = []
     for index in range(gpus):
         node = os.path.join(dev_dir, "nvidia%d" % index)
-        os.mknod(node, 0o666 | 0o020000, os.makedev(NVIDIA_MAJOR, index))
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, index))
         devices.append({"name": str(index), "containerEdits": {"deviceNodes": [
             {"path": "/dev/nvidia%d" % index, "hostPath": node, "type": "c", "major": NVIDIA_MAJOR, "minor": index}]}})
     spec = {"cdiVersion": "0.5.0", "kind": CDI_KIND, "devices": devices,
@@ -787,7 +787,7 @@ def up(minor, release, gpus, strategy):  # pylint: disable=too-many-locals,too-m
     # the node: the collection's module on a sandbox root, composed as k3s composes it
     loaded = sandbox_node(state, release, toolkit_bin)
     cni_config(state["node"]["root"])
-    config_path = containerd_config(state, loaded, os.path.dirname(binaries["containerd"]))
+    config_path = containerd_config(state, loaded)
     runtime_config = nvidia_runtime_config(toolkit_bin)
     fake_devices(gpus)
     write_state(state)
