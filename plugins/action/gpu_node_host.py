@@ -266,12 +266,22 @@ class ActionModule(ActionBase):
         journal = execute_module("ansible.builtin.command", {"argv": [
             "journalctl", "--unit", unit, "--lines", str(restart.JOURNAL_LINES), "--no-pager", "--output", "cat"]})
         created, restored = restart.rollback(runtimes.get("files") or [])
+        undone = []
         for path in created:
-            execute_module("ansible.builtin.file", {"path": path, "state": "absent"})
+            undone.append((path, execute_module("ansible.builtin.file", {"path": path, "state": "absent"})))
         for backup, path in restored:
-            execute_module("ansible.builtin.copy", {"src": backup, "dest": path, "remote_src": True, "mode": "preserve"})
-        for text, path in restart.rewritten(runtimes.get("files") or []):
-            execute_module("ansible.builtin.copy", {"content": text, "dest": path})
+            undone.append((path, execute_module("ansible.builtin.copy", {"src": backup, "dest": path, "remote_src": True,
+                                                                         "mode": "preserve"})))
+        rewrites = restart.rewritten(runtimes.get("files") or [])
+        if rewrites:
+            # the text the run read, written back by the collection's own writer (the copy module alone takes no
+            # `content`: that is its action plugin's work)
+            undone.append((", ".join(path for _text, path in rewrites), execute_module("k3s_gpu.nvidia.node_files", {
+                "files": [{"path": path, "state": "file", "content": text} for text, path in rewrites]})))
         execute_module("ansible.builtin.systemd_service", {"name": unit, "state": "restarted"})
-        host_step.failed(result, restart.failure(self._host, found, unit, journal.get("stdout_lines") or []))
+        message = restart.failure(self._host, found, unit, journal.get("stdout_lines") or [])
+        not_undone = ["%s (%s)" % (path, outcome.get("msg")) for path, outcome in undone if outcome.get("failed")]
+        if not_undone:
+            message += " Could NOT put back: %s; restore them by hand." % "; ".join(not_undone)
+        host_step.failed(result, message)
         result["changed"] = True
