@@ -62,6 +62,7 @@ sys.path.insert(0, os.path.join(ROOT, ".tmp", "collections"))
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro  # noqa: E402
 from ansible_collections.k3s_gpu.nvidia.tests import testbins  # noqa: E402
 from ansible_collections.k3s_gpu.nvidia.tests.conformance import cases, lab  # noqa: E402
+from ansible_collections.k3s_gpu.nvidia.tests.nodes.nspawn import mounts_under  # noqa: E402
 
 LAB_DIR = os.environ.get("K3S_GPU_CLUSTER_LAB", "/tmp/k3s-gpu-cluster-lab")
 MARKER = "K3S_GPU_CLUSTER_LAB"
@@ -206,28 +207,18 @@ def node_ip_present():
 
 
 # ------------------------------------------------------------------ teardown
-def _mounts_under(prefix):
-    found = []
-    with open("/proc/self/mountinfo", encoding="utf-8") as handle:
-        for line in handle:
-            point = line.split()[4].replace("\\040", " ")
-            if point == prefix or point.startswith(prefix + "/"):
-                found.append(point)
-    return found
-
-
 def _umount_all(prefix):
     for _attempt in range(5):
-        points = sorted(set(_mounts_under(prefix)), key=len, reverse=True)
+        points = sorted(set(mounts_under(prefix)), key=len, reverse=True)
         if not points:
             return []
         for point in points:
             subprocess.run(["umount", point], capture_output=True, check=False)
         time.sleep(0.1)
-    points = sorted(set(_mounts_under(prefix)), key=len, reverse=True)
+    points = sorted(set(mounts_under(prefix)), key=len, reverse=True)
     for point in points:
         subprocess.run(["umount", "-l", point], capture_output=True, check=False)
-    return _mounts_under(prefix)
+    return mounts_under(prefix)
 
 
 def _cgroup_dirs():

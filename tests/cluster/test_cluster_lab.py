@@ -44,7 +44,7 @@ POD_TIMEOUT = 120
 
 def host_snapshot():
     """What of a lab could be on the host (the marker's processes, mounts, cgroups, links, the lab dir)."""
-    mounts = clusterlab._mounts_under(clusterlab.LAB_DIR)  # pylint: disable=protected-access
+    mounts = clusterlab.mounts_under(clusterlab.LAB_DIR)
     links = sorted(os.listdir(clusterlab.CONTAINER_LOG_LINKS)) if os.path.isdir(clusterlab.CONTAINER_LOG_LINKS) else []
     return {"processes": clusterlab.marked_pids(), "mounts": mounts,
             "cgroups": clusterlab._cgroup_dirs(),  # pylint: disable=protected-access
