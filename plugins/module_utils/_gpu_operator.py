@@ -219,12 +219,13 @@ def _get(mapping, path, default=None):
     return value
 
 
-def _merge(base, extra):
-    """Deep merge of Helm values: maps merge key by key, anything else replaces (as Helm does)."""
+def deep_merge(base, extra):
+    """A copy of base with extra merged over it: maps merge key by key, anything else replaces. Helm merges values
+    so, and containerd merges an imported config file over what it read before so (_changes)."""
     result = copy.deepcopy(base)
     for key, value in extra.items():
         if isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
-            result[key] = _merge(result[key], value)
+            result[key] = deep_merge(result[key], value)
         else:
             result[key] = copy.deepcopy(value)
     return result
@@ -411,10 +412,10 @@ def _values(settings, driver_enabled, cluster_paths):
         ours["toolkit"]["env"] = [{"name": "CONTAINERD_SOCKET", "value": K3S_CONTAINERD_SOCKET}]
     user = settings["values"]
     _check_user_values(user, cluster_paths, ours)
-    merged = _merge(ours, dict((k, v) for k, v in user.items() if k != "toolkit"))
+    merged = deep_merge(ours, dict((k, v) for k, v in user.items() if k != "toolkit"))
     user_toolkit = dict(user.get("toolkit") or {})
     user_env = list(user_toolkit.pop("env", None) or [])
-    merged["toolkit"] = _merge(merged["toolkit"], user_toolkit)
+    merged["toolkit"] = deep_merge(merged["toolkit"], user_toolkit)
     if user_env or "env" in merged["toolkit"]:
         names = set(str(item["name"]) for item in user_env)
         merged["toolkit"]["env"] = [item for item in merged["toolkit"].get("env", []) if item["name"] not in names] + [

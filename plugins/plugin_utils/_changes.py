@@ -17,6 +17,7 @@ import tomllib
 from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _k3s_base as k3s_base
@@ -328,16 +329,6 @@ def _release_tables(facts, plan):
     return result
 
 
-def _deep_merge(into, layer):
-    """containerd's merge of an imported file over what it read before: tables key by key, values replaced."""
-    for key, value in layer.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _deep_merge(into[key], value)
-        else:
-            into[key] = copy.deepcopy(value)
-    return into
-
-
 def _layered_default_runtime(facts, plan, target):
     """The default runtime's table as containerd sees it around our drop-in: the root config (plain containerd) or the
     base k3s renders with the user's template (k3s/rke2), then every other drop-in of the directory in import order.
@@ -371,7 +362,7 @@ def _layered_default_runtime(facts, plan, target):
                 continue  # containerd refuses it at start whatever this task does; not a source
     merged = {}
     for layer in layers:
-        _deep_merge(merged, layer)
+        merged = gpu_operator.deep_merge(merged, layer)  # containerd merges each import over what it read before
     return toml.inherited_runtime(merged, schema, toml.own_runtime_names(plan))
 
 
