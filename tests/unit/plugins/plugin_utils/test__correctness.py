@@ -293,8 +293,8 @@ def test_backups_are_pruned_to_the_newest(tmp_path, capsys):
 
 CONFIG = "/etc/containerd/config.toml"
 NVIDIA = ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy")
-CRUN_DEFAULT = """version = 3
-[%(t)s]
+# crun (a runc shim with its own binary, SystemdCgroup off) as the default runtime, beside runc (SystemdCgroup on)
+CRUN_DROPIN_K3S = """[%(t)s]
   default_runtime_name = "crun"
 [%(t)s.runtimes.crun]
   runtime_type = "io.containerd.runc.v2"
@@ -302,7 +302,8 @@ CRUN_DEFAULT = """version = 3
 [%(t)s.runtimes.crun.options]
   BinaryName = "/usr/bin/crun"
   SystemdCgroup = false
-[%(t)s.runtimes.runc]
+""" % {"t": V3}
+CRUN_DEFAULT = "version = 3\n" + CRUN_DROPIN_K3S + """[%(t)s.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
 [%(t)s.runtimes.runc.options]
   SystemdCgroup = true
@@ -358,15 +359,6 @@ def test_a_plain_dropin_follows_another_dropin_that_names_the_default(sandbox):
     assert nvidia["options"]["SystemdCgroup"] is False and nvidia["privileged_without_host_devices"] is True
 
 
-CRUN_DROPIN_K3S = """[%(t)s]
-  default_runtime_name = "crun"
-[%(t)s.runtimes.crun]
-  runtime_type = "io.containerd.runc.v2"
-  privileged_without_host_devices = true
-[%(t)s.runtimes.crun.options]
-  BinaryName = "/usr/bin/crun"
-  SystemdCgroup = false
-""" % {"t": V3}
 
 
 def test_k3s_dropin_follows_a_users_dropin_that_makes_another_runtime_the_default(sandbox):
