@@ -359,8 +359,6 @@ def test_a_plain_dropin_follows_another_dropin_that_names_the_default(sandbox):
     assert nvidia["options"]["SystemdCgroup"] is False and nvidia["privileged_without_host_devices"] is True
 
 
-
-
 def test_k3s_dropin_follows_a_users_dropin_that_makes_another_runtime_the_default(sandbox):
     sandbox.k3s("k3s", "package")
     sandbox.mkdir("/run/systemd/system")
