@@ -4,6 +4,7 @@
 # fake GPUs), built from the Go module proxy on first use (tests/testbins.py). Needs root.
 #
 #   ./scripts/cluster-lab.sh up [--kubernetes 1.34|1.36] [--release vX.Y.Z+k3s1] [--gpus N] [--strategy envvar|cdi-cri]
+#                               [--node-root DIR]   (a node tree the gpu_node role converged, run as the lab's node)
 #   ./scripts/cluster-lab.sh status
 #   ./scripts/cluster-lab.sh down
 #
@@ -19,7 +20,7 @@ ROOT=$(repo_root)
 
 case ${1:-} in
     -h | --help | "")
-        sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
 esac

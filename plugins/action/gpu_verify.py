@@ -4,40 +4,102 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """The verify playbook's decisions, on the controller: `phase: choose` picks the RuntimeClasses and GPU nodes from the
-API's objects (and refuses a cluster with nothing to test), `phase: report` turns the pods and their logs into one line
-per node and RuntimeClass and fails when a pod did not pass. The rules are in plugin_utils/_verify.py."""
+API's objects and says what is broken before a pod runs; `phase: wait` polls the smoke pods and their events
+(kubernetes.core.k8s_info) until each one has ended or is stuck in a way kubelet only retries; `phase: report` turns
+the pods, their events and logs into one line per node and RuntimeClass, naming the broken layer, and fails when
+anything did not pass. The rules are in plugin_utils/_verify.py."""
 
 from __future__ import annotations
 
+import time
+
+from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
+
+POLL_SECONDS = 2
+# a pod stuck in one broken state this long is taken as broken (kubelet's first retry comes within it)
+STUCK_SECONDS = 10
 
 
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("phase", "classes", "nodes", "wanted", "namespace", "image", "pods", "logs", "expected",
-                             "allocatable"))
+    ARGUMENT_SPEC = {
+        "phase": {"type": "str", "default": "choose", "choices": ["choose", "wait", "report"]},
+        "classes": {"type": "list", "elements": "dict", "default": []},
+        "nodes": {"type": "list", "elements": "dict", "default": []},
+        "wanted": {"type": "list", "elements": "str", "default": []},
+        "namespace": {"type": "str", "default": "k3s-gpu-verify"},
+        "image": {"type": "str", "default": "docker.io/library/ubuntu:24.04"},
+        "kubeconfig": {"type": "str"},
+        "timeout": {"type": "int", "default": 300},
+        "expected": {"type": "int", "default": 0},
+        "pods": {"type": "list", "elements": "dict", "default": []},
+        "events": {"type": "list", "elements": "dict", "default": []},
+        "logs": {"type": "list", "elements": "dict", "default": []},
+        "allocatable": {"type": "dict", "default": {}},
+        "problems": {"type": "list", "elements": "dict", "default": []},
+        "notes": {"type": "list", "elements": "str", "default": []},
+    }
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
-        args = self._task.args
+        args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)[1]
         result["changed"] = False
-        if args.get("phase", "choose") == "choose":
-            chosen = verify.choose(args.get("classes"), args.get("nodes"), args.get("wanted") or ())
+        phase = args["phase"]
+        if phase == "choose":
+            chosen = verify.choose(args["classes"], args["nodes"], args["wanted"])
             result.update(chosen)
-            result["pods"] = verify.smoke_pods(chosen, args.get("namespace") or "k3s-gpu-verify",
-                                               args.get("image") or "docker.io/library/ubuntu:24.04")
+            result["pods"] = verify.smoke_pods(chosen, args["namespace"], args["image"])
+            result["lines"] = [verify.broken_line(entry) for entry in chosen["problems"]] + chosen["notes"]
             message = verify.refusal(chosen)
             if message:
-                result.update(failed=True, msg=message)
+                result.update(failed=True, msg=result["lines"] + [message])
+            return result
+        if phase == "wait":
+            result.update(self._wait(args, task_vars))
             return result
         logs = [{"name": (entry.get("item") or {}).get("metadata", {}).get("name"), "lines": entry.get("log_lines") or []}
-                for entry in args.get("logs") or []]
-        reported = verify.report(args.get("pods"), logs, int(args.get("expected") or 0), args.get("allocatable") or {})
+                for entry in args["logs"]]
+        reported = verify.report(args["pods"], logs, args["expected"], args["allocatable"], args["events"], args["problems"],
+                                 args["notes"])
         result.update(lines=reported["lines"], failed_pods=reported["failed"], msg=reported["lines"])
         if reported["failed"]:
-            result.update(failed=True, msg=reported["lines"] + ["GPU smoke test failed for %s" % ", ".join(reported["failed"])])
+            result.update(failed=True, msg=reported["lines"] + ["GPU smoke test failed: %s" % ", ".join(reported["failed"])])
         return result
+
+    def _read(self, kind, args, task_vars):
+        module_args = {"kind": kind, "namespace": args["namespace"]}
+        if kind == "Pod":
+            module_args["label_selectors"] = [verify.LABEL_SELECTOR]
+        if args.get("kubeconfig"):
+            module_args["kubeconfig"] = args["kubeconfig"]
+        found = self._execute_module(module_name="kubernetes.core.k8s_info", module_args=module_args, task_vars=task_vars)
+        if found.get("failed"):
+            raise AnsibleActionFail("reading the %ss of the smoke test failed: %s" % (kind, found.get("msg")))
+        return found.get("resources") or []
+
+    def _wait(self, args, task_vars):
+        """{pods, events, waited_seconds}: polls until every pod has ended or been broken for STUCK_SECONDS, or the timeout."""
+        started = time.monotonic()
+        deadline = started + args["timeout"]
+        broken_since = {}
+        while True:
+            pods = self._read("Pod", args, task_vars)
+            events = self._read("Event", args, task_vars)
+            now = time.monotonic()
+            open_pods = []
+            for pod, found in verify.settle(pods, events):
+                if found["done"]:
+                    continue
+                if found["broken"] is None:
+                    broken_since.pop(pod["metadata"]["name"], None)
+                    open_pods.append(pod)
+                elif now - broken_since.setdefault(pod["metadata"]["name"], now) < STUCK_SECONDS:
+                    open_pods.append(pod)
+            if (not open_pods and len(pods) >= args["expected"]) or now >= deadline:
+                return {"pods": pods, "events": events, "waited_seconds": round(now - started, 1)}
+            time.sleep(POLL_SECONDS)

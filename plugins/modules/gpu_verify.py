@@ -14,10 +14,13 @@ short_description: Internal - the decisions of the k3s_gpu.nvidia.verify playboo
 version_added: 0.2.0
 description:
   - B(Internal to the playbook k3s_gpu.nvidia.verify; its options and results may change without notice.) Use the playbook.
-  - V(choose) picks the NVIDIA RuntimeClasses and the nodes that advertise C(nvidia.com/gpu) from the API's objects, and
-    fails, saying what to run, when there is nothing to test.
-  - V(report) makes one line per node and RuntimeClass (the pod's phase, the node's allocatable C(nvidia.com/gpu), the
-    C(nvidia-smi -L) line) and fails when a pod did not succeed.
+  - V(choose) picks the NVIDIA RuntimeClasses and the nodes that advertise C(nvidia.com/gpu) from the API's objects, says
+    what is broken before a pod runs (a RuntimeClass that does not exist, a GPU-labelled node without C(nvidia.com/gpu)),
+    and fails, saying what to run, when there is nothing to test.
+  - V(wait) polls the smoke pods and their events with C(kubernetes.core.k8s_info) until each pod has ended, or is stuck
+    where kubelet only retries (its sandbox, its container, its image, the scheduler), or O(timeout) has passed.
+  - V(report) makes one line per node and RuntimeClass, C(OK) with the node's allocatable C(nvidia.com/gpu) and the
+    C(nvidia-smi -L) lines, or C(BROKEN at <layer>) with the cause and the fix, and fails when anything did not pass.
 author:
   - k3s_gpu.nvidia maintainers (@k3s-gpu)
 extends_documentation_fragment:
@@ -26,44 +29,76 @@ extends_documentation_fragment:
   - k3s_gpu.nvidia.action_attributes
 options:
   phase:
-    description: V(choose) or V(report).
+    description: V(choose), V(wait) or V(report).
     type: str
     default: choose
-    choices: [choose, report]
+    choices: [choose, wait, report]
   classes:
     description: V(choose) - the RuntimeClass objects of the cluster.
     type: list
     elements: dict
+    default: []
   nodes:
     description: V(choose) - the Node objects of the cluster.
     type: list
     elements: dict
+    default: []
   wanted:
-    description: V(choose) - the RuntimeClasses to test (empty - every one whose handler starts with C(nvidia)).
+    description:
+      - V(choose) - the RuntimeClasses to test; one that does not exist is broken.
+      - Empty - C(nvidia) and every class whose handler starts with C(nvidia), each on the nodes whose handler labels
+        (C(k3s-gpu.nvidia/handler.<handler>)) name its handler, or on every GPU node when a node has no such label.
     type: list
     elements: str
+    default: []
   namespace:
-    description: V(choose) - the namespace of the smoke pods.
+    description: The namespace of the smoke pods.
     type: str
     default: k3s-gpu-verify
+  kubeconfig:
+    description: V(wait) - the kubeconfig C(kubernetes.core.k8s_info) reads the pods and events with.
+    type: str
+  timeout:
+    description: V(wait) - seconds to wait for the pods at most.
+    type: int
+    default: 300
+  events:
+    description: V(report) - the events of the smoke pods' namespace (the result of V(wait)).
+    type: list
+    elements: dict
+    default: []
+  problems:
+    description: V(report) - what V(choose) found broken before the pods ran.
+    type: list
+    elements: dict
+    default: []
+  notes:
+    description: V(report) - what V(choose) left untested, and why (they do not fail the report).
+    type: list
+    elements: str
+    default: []
   image:
     description: V(choose) - the smoke pods' image (needs only C(sh) and C(ls); the toolkit mounts C(nvidia-smi) and the libraries).
     type: str
     default: docker.io/library/ubuntu:24.04
   pods:
-    description: V(report) - the smoke pods.
+    description: V(report) - the smoke pods (the result of V(wait)).
     type: list
     elements: dict
+    default: []
   logs:
     description: V(report) - the results of reading each pod's log (C(kubernetes.core.k8s_log) loop results).
     type: list
     elements: dict
+    default: []
   expected:
-    description: V(report) - how many pods were started.
+    description: V(wait), V(report) - how many pods were started.
     type: int
+    default: 0
   allocatable:
     description: V(report) - node name to its allocatable C(nvidia.com/gpu).
     type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
@@ -92,14 +127,28 @@ allocatable:
   type: dict
 pods:
   description:
-    - V(choose) - the smoke pods, one per GPU node and RuntimeClass, pinned to the node, with O(image) and the
-      RuntimeClass, asking for one C(nvidia.com/gpu), running C(ls /dev/nvidia*), a look for C(libnvidia-ml.so) and
-      C(nvidia-smi -L).
+    - V(choose) - the smoke pods, one per GPU node and RuntimeClass, placed on the node by node affinity, with
+      O(image) and the RuntimeClass, asking for one C(nvidia.com/gpu), looking for C(/dev/nvidia<N>),
+      C(libnvidia-ml.so) and C(nvidia-smi), then running C(nvidia-smi -L).
+    - V(wait) - the smoke pods as the API has them when the wait ended.
+  returned: success
+  type: list
+  elements: dict
+problems:
+  description: V(choose) - what is broken before a pod runs, each with scope, layer, cause and fix.
+  returned: success
+  type: list
+  elements: dict
+events:
+  description: V(wait) - the events of the smoke pods' namespace.
   returned: success
   type: list
   elements: dict
 lines:
-  description: V(report) - one line per pod.
+  description:
+    - V(choose) - the problems and notes, one line each.
+    - "V(report) - the problems and notes, then one line per pod, C(<node> / <class>) followed by C(OK | ...) or
+      C(BROKEN at <layer>: <cause>. Fix: <fix>)."
   returned: success
   type: list
   elements: str
@@ -110,11 +159,15 @@ from ansible.module_utils.basic import AnsibleModule
 
 def main():
     module = AnsibleModule(argument_spec=dict(
-        phase=dict(type="str", default="choose", choices=["choose", "report"]), classes=dict(type="list", elements="dict"),
-        nodes=dict(type="list", elements="dict"), wanted=dict(type="list", elements="str"),
-        namespace=dict(type="str", default="k3s-gpu-verify"), image=dict(type="str", default="docker.io/library/ubuntu:24.04"),
-        pods=dict(type="list", elements="dict"), logs=dict(type="list", elements="dict"), expected=dict(type="int"),
-        allocatable=dict(type="dict")), supports_check_mode=True)
+        phase=dict(type="str", default="choose", choices=["choose", "wait", "report"]),
+        classes=dict(type="list", elements="dict", default=[]), nodes=dict(type="list", elements="dict", default=[]),
+        wanted=dict(type="list", elements="str", default=[]), namespace=dict(type="str", default="k3s-gpu-verify"),
+        image=dict(type="str", default="docker.io/library/ubuntu:24.04"), kubeconfig=dict(type="str"),
+        timeout=dict(type="int", default=300), expected=dict(type="int", default=0),
+        pods=dict(type="list", elements="dict", default=[]), events=dict(type="list", elements="dict", default=[]),
+        logs=dict(type="list", elements="dict", default=[]), allocatable=dict(type="dict", default={}),
+        problems=dict(type="list", elements="dict", default=[]), notes=dict(type="list", elements="str", default=[])),
+        supports_check_mode=True)
     module.fail_json(msg="k3s_gpu.nvidia.gpu_verify runs through its action plugin, inside k3s_gpu.nvidia.verify")
 
 

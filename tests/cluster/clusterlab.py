@@ -6,6 +6,7 @@
 """The Kubernetes lab: a one-node cluster on 127.0.0.1 with a real API server and a real kubelet.
 
     scripts/cluster-lab.sh up [--kubernetes 1.34|1.36] [--release R] [--gpus N] [--strategy envvar|cdi-cri]
+                              [--node-root DIR]
     scripts/cluster-lab.sh down | status
 
 Everything runs from binaries the tests build from the Go module proxy (tests/testbins.py): kine on
@@ -25,7 +26,9 @@ Faked, because it cannot run here: the GPU (fake devices made with mknod, major 
 k3s binary (its template step, its RuntimeClass manifest and its --node-labels are done by the lab as
 k3s does them), and NVIDIA's device plugin (the test double). The NVIDIA runtime runs in its `cdi`
 mode from a private config file (NVIDIA_CTK_CONFIG_FILE_PATH, never /etc): its legacy mode needs
-libnvidia-container and a driver.
+libnvidia-container and a driver. The driver's user-space in the CDI spec is two test doubles: an
+nvidia-smi script that answers -L for the devices the container got, and a libnvidia-ml.so.1 that is a
+text file.
 
 Nothing outside the lab dir is kept after `down`: processes (found by the K3S_GPU_CLUSTER_LAB marker in
 their environment, shims included), mounts under the lab dir, the cgroup tree /k3s-gpu-lab, the
@@ -82,6 +85,7 @@ KUBERNETES = {"1.34": ("kubernetes-v1.34", "v1.34.6+k3s1"), "1.36": ("kubernetes
 NVIDIA_BINARIES = ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy")
 NVIDIA_MAJOR = 195  # the character major of /dev/nvidia<N> (NVIDIA's driver)
 CDI_KIND = "nvidia.com/gpu"
+CDI_SPEC_NAME = "nvidia-lab.json"
 SERVICE_CIDR = "10.43.0.0/16"
 START_TIMEOUT = 120
 POD_SUBNET = "10.42.77.0/24"
@@ -462,7 +466,8 @@ def start(state, name, argv, env=None, cwd=None):
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
                                 cwd=cwd or LAB_DIR, start_new_session=True)  # pylint: disable=consider-using-with
-    state["processes"][name] = {"pid": proc.pid, "start": _proc_start(proc.pid), "argv": argv, "log": log_path}
+    state["processes"][name] = {"pid": proc.pid, "start": _proc_start(proc.pid), "argv": argv, "env": env or {},
+                                "log": log_path}
     write_state(state)
     return proc
 
@@ -506,9 +511,17 @@ def kubectl(state, *args, stdin=None, check=True):
 
 
 # ------------------------------------------------------------------ the node
-def sandbox_node(state, release, toolkit_bin):
-    """The node as the collection sees it: NVIDIA's binaries installed, then the collection's module run."""
+def sandbox_node(state, release, toolkit_bin, node_root=None):
+    """The node as the collection sees it: NVIDIA's binaries installed, then the collection's module run. With
+    node_root (a node the gpu_node role converged, its binaries NVIDIA's real ones), a copy of that node instead:
+    the lab writes its own keys into the copy's drop-in, never into the caller's tree."""
     node = path("node")
+    paths = distro.distribution_paths(distro.K3S)
+    if node_root:
+        shutil.copytree(node_root, node, symlinks=True)
+        os.makedirs(node + "/cni/bin", exist_ok=True)
+        os.makedirs(node + "/cni/net.d", exist_ok=True)
+        return _compose_node(state, node, release, paths)
     for name in NVIDIA_BINARIES:
         target = node + "/usr/bin/" + name
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -517,7 +530,6 @@ def sandbox_node(state, release, toolkit_bin):
             os.link(os.path.join(toolkit_bin, name), target)
         except OSError:
             shutil.copy2(os.path.join(toolkit_bin, name), target)
-    paths = distro.distribution_paths(distro.K3S)
     os.makedirs(node + paths["containerd_dir"], exist_ok=True)
     os.makedirs(node + "/cni/bin")
     os.makedirs(node + "/cni/net.d")
@@ -549,7 +561,13 @@ def sandbox_node(state, release, toolkit_bin):
         handle.write(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise LabError("the collection's module failed on the sandbox node:\n%s" % (proc.stdout[-3000:] + proc.stderr[-2000:]))
-    loaded = cases.compose_node(node, distro.K3S, release, ["/usr/bin/" + name for name in NVIDIA_BINARIES])
+    return _compose_node(state, node, release, paths)
+
+
+def _compose_node(state, node, release, paths):
+    """k3s's start-up step on the node: its config.toml composed from the release's base and what is on the node."""
+    binaries = ["/usr/bin/" + name for name in NVIDIA_BINARIES if os.path.exists(node + "/usr/bin/" + name)]
+    loaded = cases.compose_node(node, distro.K3S, release, binaries)
     # k3s writes the composed config.toml into the node's containerd dir at each start: so does the lab, so that
     # what the collection reads on the node afterwards (the loaded config) is what the node would have
     with open(node + paths["config"], "w", encoding="utf-8") as handle:
@@ -656,21 +674,89 @@ def nvidia_runtime_config(toolkit_bin):
     return config
 
 
+NVIDIA_SMI_TESTDOUBLE = """\
+#!/bin/sh
+# TEST DOUBLE of nvidia-smi (k3s_gpu.nvidia's cluster lab: no GPU, no driver here). It answers -L as NVIDIA's does,
+# one line per /dev/nvidia<N> the container got, and fails as NVIDIA's does without libnvidia-ml or devices.
+[ "$1" = "-L" ] || { echo "nvidia-smi test double: only -L is answered" >&2; exit 2; }
+[ -e %(library)s ] || { echo "NVIDIA-SMI couldn't find libnvidia-ml.so library in your system."; exit 12; }
+found=0
+for dev in /dev/nvidia[0-9]*; do
+  [ -c "$dev" ] || continue
+  index=${dev#/dev/nvidia}
+  echo "GPU $index: NVIDIA Lab Test Double (UUID: GPU-k3s-gpu-lab-$index)"
+  found=1
+done
+[ "$found" = 1 ] || { echo "No devices were found"; exit 6; }
+"""
+LIBNVIDIA_ML = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"  # where NVIDIA's CDI spec mounts it on Debian/Ubuntu
+
+
 def fake_devices(gpus):
-    """Character devices 195:<n> in the lab dir and the CDI spec that names them /dev/nvidia<n>."""
+    """Character devices 195:<n> in the lab dir and the CDI spec that names them /dev/nvidia<n> (and `all`, as
+    nvidia-ctk's spec does). Its common edits mount the driver's user-space as NVIDIA's spec does, with test
+    doubles: nvidia-smi (a script, -L only) and libnvidia-ml.so.1 (a file that says what it is)."""
     dev_dir = path("dev")
     os.makedirs(dev_dir)
-    devices = []
+    devices, nodes = [], []
     for index in range(gpus):
         node = os.path.join(dev_dir, "nvidia%d" % index)
         os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, index))
-        devices.append({"name": str(index), "containerEdits": {"deviceNodes": [
-            {"path": "/dev/nvidia%d" % index, "hostPath": node, "type": "c", "major": NVIDIA_MAJOR, "minor": index}]}})
+        nodes.append({"path": "/dev/nvidia%d" % index, "hostPath": node, "type": "c", "major": NVIDIA_MAJOR, "minor": index})
+        devices.append({"name": str(index), "containerEdits": {"deviceNodes": [nodes[-1]]}})
+    if nodes:
+        devices.append({"name": "all", "containerEdits": {"deviceNodes": nodes}})
+    driver = path("driver")
+    os.makedirs(driver)
+    smi, library = os.path.join(driver, "nvidia-smi"), os.path.join(driver, "libnvidia-ml.so.1")
+    with open(smi, "w", encoding="utf-8") as handle:
+        handle.write(NVIDIA_SMI_TESTDOUBLE % {"library": LIBNVIDIA_ML})
+    os.chmod(smi, 0o755)
+    with open(library, "w", encoding="utf-8") as handle:
+        handle.write("TEST DOUBLE of libnvidia-ml.so.1 (k3s_gpu.nvidia's cluster lab): not a library\n")
+    mounts = [{"hostPath": smi, "containerPath": "/usr/bin/nvidia-smi", "options": ["ro", "nosuid", "nodev", "bind"]},
+              {"hostPath": library, "containerPath": LIBNVIDIA_ML, "options": ["ro", "nosuid", "nodev", "bind"]}]
     spec = {"cdiVersion": "0.5.0", "kind": CDI_KIND, "devices": devices,
-            "containerEdits": {"env": ["K3S_GPU_LAB_CDI=1"]}}
+            "containerEdits": {"env": ["K3S_GPU_LAB_CDI=1"], "mounts": mounts}}
     os.makedirs(path("cdi"))
-    with open(path("cdi", "nvidia-lab.json"), "w", encoding="utf-8") as handle:
+    write_cdi_spec(spec)
+
+
+def write_cdi_spec(spec):
+    """The lab's CDI spec, written whole (containerd's CDI cache watches the dir)."""
+    tmp = path("cdi", "." + CDI_SPEC_NAME + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
         json.dump(spec, handle, indent=2)
+    os.replace(tmp, path("cdi", CDI_SPEC_NAME))
+
+
+def stop_process(state, name):
+    """Stop one of the lab's daemons (SIGTERM); `start_again` brings it back as `up` started it."""
+    record = state["processes"][name]
+    _kill([record["pid"]], signal.SIGTERM)
+    if _wait_gone([record["pid"]], 30):
+        raise LabError("%s (pid %d) did not stop in 30 s" % (name, record["pid"]))
+
+
+def start_again(state, name):
+    record = state["processes"][name]
+    start(state, name, record["argv"], env=record.get("env"))
+
+
+def restart_containerd(state, edit=None):
+    """Stop containerd, let `edit` (text -> text) rewrite its config, start it again as `up` did; kubelet reconnects.
+    The pods' shims keep running, as they do when k3s restarts its containerd."""
+    stop_process(state, "containerd")
+    config_path = path("containerd", "config.toml")
+    if edit is not None:
+        with open(config_path, encoding="utf-8") as handle:
+            text = handle.read()
+        with open(config_path, "w", encoding="utf-8") as handle:
+            handle.write(edit(text))
+    start_again(state, "containerd")
+    ctr_version = [state["binaries"]["ctr"], "-a", state["containerd_socket"], "version"]
+    wait_for("its socket", lambda: subprocess.run(ctr_version, capture_output=True, check=False).returncode == 0,
+             state, "containerd", 30)
 
 
 def kubelet_config(state, minor):
@@ -721,7 +807,7 @@ def cni_config(node):
 
 
 # ------------------------------------------------------------------ up
-def up(minor, release, gpus, strategy):  # pylint: disable=too-many-locals,too-many-statements
+def up(minor, release, gpus, strategy, node_root=None):  # pylint: disable=too-many-locals,too-many-statements
     stale = read_state()
     if stale is not None:
         running = [name for name, record in stale.get("processes", {}).items() if _alive(record)]
@@ -760,6 +846,7 @@ def up(minor, release, gpus, strategy):  # pylint: disable=too-many-locals,too-m
     for sub in ("logs", "containerd", "nvidia", "kine", "kubelet", "pod-logs", "opt"):
         os.makedirs(path(sub))
     state = {"lab_dir": LAB_DIR, "kubernetes": minor, "release": release, "gpus": gpus, "strategy": strategy,
+             "node_root": node_root,
              "binaries": binaries, "processes": {}, "containerd_line": line_key,
              "containerd_socket": path("containerd", "c.sock"),
              "owner": {"pid": os.getpid(), "start": _proc_start(os.getpid())}, "ready": False,
@@ -776,7 +863,7 @@ def up(minor, release, gpus, strategy):  # pylint: disable=too-many-locals,too-m
             os.makedirs(os.path.join(base, CGROUP_NAME), exist_ok=True)
 
     # the node: the collection's module on a sandbox root, composed as k3s composes it
-    loaded = sandbox_node(state, release, toolkit_bin)
+    loaded = sandbox_node(state, release, toolkit_bin, node_root)
     cni_config(state["node"]["root"])
     config_path = containerd_config(state, loaded)
     runtime_config = nvidia_runtime_config(toolkit_bin)
@@ -853,7 +940,8 @@ def up(minor, release, gpus, strategy):  # pylint: disable=too-many-locals,too-m
     shipped = release_runtimeclasses(state)
     state["shipped_runtimeclasses"] = shipped
     write_inventory(state)
-    run_playbook("runtimeclasses")
+    if not node_root:  # a node brought by the caller comes with the caller's own runtimeclasses run
+        run_playbook("runtimeclasses")
     state["runtimeclasses"] = sorted(item["metadata"]["name"] for item in json.loads(
         kubectl(state, "get", "runtimeclass", "-o", "json"))["items"])
     state["up_seconds"] = round(time.monotonic() - started, 1)
@@ -864,8 +952,9 @@ def up(minor, release, gpus, strategy):  # pylint: disable=too-many-locals,too-m
            state["up_seconds"]))
     log("  lab-only containerd keys: %s" % "; ".join(state["containerd_overrides"]))
     log("  RuntimeClasses as the release ships them: %s" % (", ".join(shipped) or "none"))
-    log("  RuntimeClasses after k3s_gpu.nvidia.runtimeclasses: %s (inventory %s)"
-        % (", ".join(state["runtimeclasses"]), path("inventory.yml")))
+    log("  RuntimeClasses %s: %s (inventory %s)"
+        % ("now (the node came from --node-root %s; k3s_gpu.nvidia.runtimeclasses is yours to run)" % node_root if node_root
+           else "after k3s_gpu.nvidia.runtimeclasses", ", ".join(state["runtimeclasses"]), path("inventory.yml")))
     log("BUSYBOX_IMAGE=%s" % state["images"]["busybox"])
     log("KUBECONFIG=%s" % path("kubeconfig"))
     return state
@@ -911,6 +1000,10 @@ def main(argv=None):
                                              "Kubernetes line's own, %s)" % ", ".join(r for _k, r in KUBERNETES.values()))
     up_parser.add_argument("--gpus", type=int, default=1)
     up_parser.add_argument("--strategy", choices=("envvar", "cdi-cri"), default="envvar")
+    up_parser.add_argument("--node-root", help="a k3s node tree the gpu_node role converged (NVIDIA's binaries in its "
+                                               "usr/bin): containerd's config is composed from a copy of it instead of "
+                                               "the lab running the collection's module, and only the release's own "
+                                               "RuntimeClasses are applied")
     sub.add_parser("down", help="stop it and remove everything it made")
     sub.add_parser("status", help="what runs")
     args = parser.parse_args(argv)
@@ -921,7 +1014,10 @@ def main(argv=None):
             if not 0 <= args.gpus <= 8:
                 raise LabError("--gpus must be between 0 and 8")
             try:
-                up(args.kubernetes, args.release, args.gpus, args.strategy)
+                if args.node_root and not os.path.isdir(args.node_root):
+                    raise LabError("--node-root %s is not a directory" % args.node_root)
+                up(args.kubernetes, args.release, args.gpus, args.strategy,
+                   os.path.abspath(args.node_root) if args.node_root else None)
             except BaseException:
                 log("cluster lab: start failed; stopping what was started")
                 if read_state() is not None and not os.environ.get("K3S_GPU_CLUSTER_LAB_KEEP"):

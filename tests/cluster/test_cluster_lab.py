@@ -326,3 +326,119 @@ def _operator_objects(cluster):
     for settings in ({}, {"chart_archive": "gpu-operator-%s.tgz" % version}):
         objects += operator.plan_cluster(cluster_info, settings, nodes)["objects"]
     return objects
+
+
+# ------------------------------------------------------------------ k3s_gpu.nvidia.verify against the lab
+# nvidia and nvidia-cdi: the lab's NVIDIA runtime injects from its CDI spec. nvidia-legacy runs NVIDIA's hook, which
+# needs libnvidia-container and a driver: the lab has neither, so its GPU path is not tested here.
+VERIFY_CLASSES = ("nvidia", "nvidia-cdi")
+
+
+def run_verify(cluster, case, classes=VERIFY_CLASSES):
+    """The verify playbook as users run it (the lab's inventory: k3s_gpu_kubeconfig); (rc, the report's lines)."""
+    extra = {"k3s_gpu_verify_image": cluster.busybox, "k3s_gpu_verify_timeout_seconds": 120,
+             "k3s_gpu_verify_runtimeclasses": list(classes)}
+    started = time.monotonic()
+    rc, output = clusterlab.run_playbook("verify", "-e", json.dumps(extra), check=False)
+    lines = re.findall(r"(?:lab-node|cluster)(?: / [a-z-]+)?: (?:OK|BROKEN at|not tested)[^\"'\n]*", output)
+    cluster.report.setdefault("verify", []).append({"case": case, "rc": rc, "seconds": round(time.monotonic() - started, 1),
+                                                   "lines": sorted(set(lines))})
+    print("\nverify, %s: rc %d\n  %s" % (case, rc, "\n  ".join(sorted(set(lines)))))
+    return rc, output
+
+
+def node_gpus(cluster):
+    return cluster.get("node", clusterlab.NODE_NAME)["status"].get("allocatable", {}).get("nvidia.com/gpu")
+
+
+def wait_for_gpus(cluster, count, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and node_gpus(cluster) != count:
+        time.sleep(0.5)
+    assert node_gpus(cluster) == count
+
+
+def test_verify_passes_on_the_good_cluster(cluster):
+    rc, output = run_verify(cluster, "good cluster")
+    assert rc == 0, output[-4000:]
+    for name in VERIFY_CLASSES:
+        assert re.search(r"lab-node / %s: OK \| allocatable nvidia.com/gpu %d \| GPU [0-9]: NVIDIA Lab Test Double"
+                         % (name, GPUS), output), output[-4000:]
+    assert not cluster.get("pods", "-n", "k3s-gpu-verify")["items"]  # it cleaned up before it returned
+
+
+def _without_runtime(handler):
+    """containerd config text -> the same without the handler's runtime table and its options."""
+    table = re.compile(r"\.runtimes\.['\"]?%s['\"]?(\.options)?$" % re.escape(handler))
+
+    def edit(text):
+        kept, skipping = [], False
+        for line in text.splitlines(keepends=True):
+            header = re.match(r"\s*\[+\s*([^\]]+?)\s*\]+\s*$", line)
+            if header:
+                skipping = table.search(header.group(1)) is not None
+            if not skipping:
+                kept.append(line)
+        return "".join(kept)
+    return edit
+
+
+def test_verify_names_containerd_config_when_the_handler_is_missing(cluster):
+    state = clusterlab.read_state()
+    config = os.path.join(clusterlab.LAB_DIR, "containerd", "config.toml")
+    with open(config, encoding="utf-8") as handle:
+        original = handle.read()
+    assert _without_runtime("nvidia")(original) != original and ".runtimes.nvidia-cdi" in _without_runtime("nvidia")(original)
+    clusterlab.restart_containerd(state, _without_runtime("nvidia"))
+    try:
+        rc, output = run_verify(cluster, "nvidia handler missing from containerd's config")
+        assert rc != 0
+        assert re.search(r'lab-node / nvidia: BROKEN at containerd-config: .*no runtime for \\?"nvidia\\?" is configured', output), \
+            output[-4000:]
+        assert re.search(r"lab-node / nvidia-cdi: OK", output), output[-4000:]
+    finally:
+        clusterlab.restart_containerd(state, lambda _text: original)
+
+
+def test_verify_names_runtimeclass_when_it_is_missing(cluster):
+    saved = cluster.get("runtimeclass", "nvidia")
+    cluster.kubectl("delete", "runtimeclass", "nvidia")
+    try:
+        rc, output = run_verify(cluster, "RuntimeClass nvidia missing")
+        assert rc != 0
+        assert "cluster: BROKEN at runtimeclass: RuntimeClass nvidia does not exist. Fix: run k3s_gpu.nvidia.runtimeclasses" \
+            in output, output[-4000:]
+        assert re.search(r"lab-node / nvidia-cdi: OK", output), output[-4000:]
+    finally:
+        restored = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "handler": saved["handler"],
+                    "metadata": {"name": "nvidia", "labels": saved["metadata"].get("labels") or {}}}
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(restored))
+
+
+def test_verify_names_the_device_plugin_when_none_is_registered(cluster):
+    state = clusterlab.read_state()
+    clusterlab.stop_process(state, "device-plugin")
+    try:
+        wait_for_gpus(cluster, "0")
+        rc, output = run_verify(cluster, "no device plugin registered")
+        assert rc != 0
+        assert re.search(r"lab-node: BROKEN at device-plugin: the node is labelled nvidia.com/gpu.present=true but "
+                         r"advertises no nvidia.com/gpu", output), output[-4000:]
+    finally:
+        clusterlab.start_again(state, "device-plugin")
+        wait_for_gpus(cluster, str(GPUS))
+
+
+def test_verify_names_cdi_when_the_spec_is_missing(cluster):
+    """cdi-cri: containerd resolves the plugin's CDI device names; envvar: NVIDIA's runtime (cdi mode) resolves
+    NVIDIA_VISIBLE_DEVICES through the same spec. Either way a missing spec is the cdi layer."""
+    spec = os.path.join(clusterlab.LAB_DIR, "cdi", clusterlab.CDI_SPEC_NAME)
+    away = os.path.join(clusterlab.LAB_DIR, clusterlab.CDI_SPEC_NAME + ".away")
+    os.replace(spec, away)
+    try:
+        rc, output = run_verify(cluster, "CDI spec missing", classes=("nvidia",))
+        assert rc != 0
+        assert re.search(r"lab-node / nvidia: BROKEN at cdi: .*unresolvable CDI devices nvidia.com/gpu=[0-9]", output), \
+            output[-4000:]
+    finally:
+        os.replace(away, spec)
