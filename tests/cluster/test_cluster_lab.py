@@ -74,6 +74,14 @@ class Lab:
         self.kubectl_bin = self.state["binaries"]["kubectl"]
         self.report["up_seconds"] = round(time.monotonic() - started, 1)
         self.report["up_output"] = lines
+        # start to first pod: the seed's kind of pod, from `up` on to Succeeded
+        name = self.pod("first-pod", "nvidia", "ls /dev", gpus=1)
+        first = self.wait_phase(name, ("Succeeded", "Failed"))
+        assert first["status"]["phase"] == "Succeeded", first["status"]
+        self.report["first_pod_seconds"] = round(time.monotonic() - started, 1)
+        print("\ncluster lab %s/%s: up in %.1f s, first GPU pod Succeeded %.1f s after the start"
+              % (self.line, self.strategy, self.report["up_seconds"], self.report["first_pod_seconds"]))
+        self.kubectl("delete", "pod", name, "-n", "default", "--wait=true", "--timeout=60s")
         return self
 
     def kubectl(self, *args, stdin=None, check=True):
