@@ -11,6 +11,7 @@ means false; a refusal is one message that names the user's variables, never a f
 
 from __future__ import annotations
 
+import base64
 import time
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
@@ -21,6 +22,7 @@ from ansible.utils.display import Display
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _doctor as doctor
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _restart as restart
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
@@ -43,6 +45,9 @@ RESTART_VARS = READ_VARS + ("gpu_node_restart", "gpu_node_restart_timeout_second
 TASK_KEYS = ("changed", "failed", "msg", "warnings", "deprecations", "diff", "skipped", "invocation")
 # the device plugin's node labels are written with the containerd step (config.yaml.d)
 DEVICE_PLUGIN_VARS = host_step.DEVICE_PLUGIN_VARS
+# the doctor playbook: what the role plans on the node, and what the doctor checks it against
+DOCTOR_VARS = READ_VARS + PLAN_VARS + CONFIGURE_VARS + DEVICE_PLUGIN_VARS + (
+    "gpu_node_toolkit_version", "gpu_node_operator_namespace")
 
 
 def _read_node(execute_module, settings, distribution, release):
@@ -73,6 +78,7 @@ class ActionModule(ActionBase):
             # validation task (rolespec_validate: false), one task per host less
             settings = role_vars.read(task_vars, self._templar.template,
                                       None if phase == "plan" else UPGRADE_CHECK_VARS if phase == "upgrade_check"
+                                      else DOCTOR_VARS if phase == "doctor"
                                       else RESTART_VARS if phase == "restart" else READ_VARS + PLAN_VARS + CONFIGURE_VARS + DEVICE_PLUGIN_VARS)
         except role_vars.RoleVarsError as exc:
             return host_step.failed(result, "%s: %s. Nothing was changed." % (task_vars.get("inventory_hostname"), exc))
@@ -92,6 +98,8 @@ class ActionModule(ActionBase):
                 return self._restart(result, settings, task_vars, execute_module)
             if phase == "upgrade_check":
                 return self._upgrade_check(result, settings, boolean(args.get("fail", True), strict=False), execute_module)
+            if phase == "doctor":
+                return self._doctor(result, settings, task_vars, execute_module)
             result["reboot_required"] = bool(self._templar.template(task_vars.get("gpu_node_reboot_required", False)))
             return self._configure(result, settings, args["node_facts"], args["plan"], execute_module)
         finally:
@@ -143,7 +151,8 @@ class ActionModule(ActionBase):
                       cdi_due=host_step.cdi_due(fresh, plan, settings), _cdi_marker=host_step.cdi_marker(settings))
         return result
 
-    def _configure(self, result, settings, info, plan, execute_module):
+    def _configure_params(self, settings, info, plan):
+        """containerd_runtimes' options for the role's settings and plan (the node labels may refuse: raises)."""
         absent = settings["state"] == "absent"
         params = dict(
             state=settings["state"], root=settings["root"], distribution=info["distribution"], release=info["release"],
@@ -157,10 +166,15 @@ class ActionModule(ActionBase):
             target_release=settings["target_release"] if settings["target_release"] not in ("", info["release"]) and not absent
             else None)
         if params["handler_labels"] is not None:
-            try:
-                params["node_labels"] = host_step.device_plugin_labels(settings, self._host)
-            except gpu_operator.GpuOperatorPlanError as exc:
-                return host_step.failed(result, "%s. Nothing was changed." % str(exc).rstrip("."))
+            params["node_labels"] = host_step.device_plugin_labels(settings, self._host)
+        return params
+
+    def _configure(self, result, settings, info, plan, execute_module):
+        absent = settings["state"] == "absent"
+        try:
+            params = self._configure_params(settings, info, plan)
+        except gpu_operator.GpuOperatorPlanError as exc:
+            return host_step.failed(result, "%s. Nothing was changed." % str(exc).rstrip("."))
         validated = ArgumentSpecValidator(configure.SPEC).validate(params)
         if validated.error_messages:
             return host_step.failed(result, "; ".join(validated.error_messages))
@@ -183,6 +197,101 @@ class ActionModule(ActionBase):
             host_step.failed(result, "%s: %s" % (self._host, host_step.in_role_terms(runtimes.get("msg"))))
             result["changed"] = changed  # files written before a failed write stay written
         return result
+
+    def _doctor(self, result, settings, task_vars, execute_module):
+        """Read-only (the doctor playbook runs it in check mode): the node as the role reads it, what the role would
+        change there, the services' states, and the first broken layer between the GPU and containerd."""
+        host = self._host
+        result["changed"] = False
+        if not self._task.check_mode:
+            return host_step.failed(result, "%s: phase doctor only reads: run it with check_mode: true (the "
+                                            "k3s_gpu.nvidia.doctor playbook does)" % host)
+        if not settings["release"]:
+            found = host_step.inventory_release(task_vars, self._templar.template)
+            if found and settings["distribution"] in ("auto", found[2]):
+                settings = dict(settings, release=found[1], distribution=found[2])
+        info = _read_node(execute_module, settings, settings["distribution"], settings["release"] or None)
+        if info.get("failed"):
+            result["doctor"] = {"host": host, "gpu_node": True, "passed": [], "broken": {
+                "layer": "containerd-config", "cause": "the node cannot be read: %s" % host_step.in_role_terms(
+                    info.get("msg")).rstrip("."), "fix": "set what the message names, then run the doctor again"}}
+            return result
+        info.pop("warnings", None)
+        self._doctor_generated_config(settings, info, execute_module)
+        node = {"mode": settings["mode"], "operator_namespace": settings["operator_namespace"],
+                "toolkit_version": settings["toolkit_version"], "toolkit_install": settings["toolkit_install"],
+                "enable_cdi": settings["enable_cdi"], "device_list_strategy": settings["device_plugin_device_list_strategy"],
+                "unit": (info.get("units") or [None])[0], "handlers": [r["name"] for r in info["release_runtimes"]
+                                                                       if r["name"].startswith("nvidia")]}
+        try:
+            node["labels"] = host_step.device_plugin_labels(settings, host)
+        except gpu_operator.GpuOperatorPlanError:
+            node["labels"] = []  # the plan refuses the same settings, and says so
+        self._doctor_plan(node, settings, info, execute_module)
+        node["services"] = self._doctor_services(settings, info, node["unit"], execute_module)
+        node["existing_binaries"] = self._doctor_binaries(settings, info, execute_module)
+        result["doctor"] = doctor.check_node(host, info, node)
+        return result
+
+    def _doctor_plan(self, node, settings, info, execute_module):
+        """What the role would do here: its refusal, the handlers it writes or relies on, the files it would change."""
+        plan_settings = dict((k, settings[k]) for k in (
+            "force", "root", "mode", "operator_toolkit", "operator_driver", "toolkit_install", "driver_install",
+            "driver_reboot", "default_runtime", "remove_operator_leftovers", "state", "absent_remove_toolkit",
+            "absent_remove_driver"))
+        # the doctor installs nothing: what the role would write into containerd's config is planned for the node as it
+        # is (a template that breaks with the toolkit installed is the configure step's refusal then, not the install's)
+        plan_settings.update(local_connection=False, toolkit_install=False, driver_install=False)
+        try:
+            plan = host_step.plan_host(info, plan_settings, self._host)
+            if not plan.get("selected"):
+                return
+            params = self._configure_params(settings, info, plan)
+        except gpu_operator.GpuOperatorPlanError as exc:
+            node["refusal"] = str(exc).rstrip(".")
+            return
+        validated = ArgumentSpecValidator(configure.SPEC).validate(params)
+        checked = configure.run({}, validated.validated_parameters, execute_module, False, own_files=True)
+        if checked.get("failed"):
+            node["refusal"] = host_step.in_role_terms(checked.get("msg")).rstrip(".")
+            return
+        node["handlers"] = sorted(set([r["name"] for r in checked.get("runtimes_written") or []]
+                                      + [r["name"] for r in checked.get("runtimes_skipped") or []]))
+        node["changes"] = [f for f in checked.get("files") or [] if f.get("action") in ("created", "updated", "removed")]
+
+    @staticmethod
+    def _doctor_generated_config(settings, info, execute_module):
+        """The text of the config.toml k3s/rke2 wrote at its last start (the reading has only its facts)."""
+        generated = (info.get("files") or {}).get("generated_config") or {}
+        if generated.get("state") != "file" or "content" in generated:
+            return
+        read = execute_module("ansible.builtin.slurp", {"src": settings["root"].rstrip("/") + generated["path"]})
+        if not read.get("failed") and "content" in read:
+            generated["content"] = base64.b64decode(read["content"]).decode("utf-8", "replace")
+
+    def _doctor_services(self, settings, info, unit, execute_module):
+        """{unit: ActiveState, or not-found} of k3s/rke2, the fabric manager and persistenced, on a live root with
+        systemd; {} in a sandbox tree (nothing to ask)."""
+        if settings["root"] not in ("/", "") or not info.get("systemd"):
+            return {}
+        states = {}
+        for name in [u for u in (unit, doctor.FABRIC_MANAGER_UNIT, doctor.PERSISTENCED_UNIT) if u]:
+            found = execute_module("ansible.builtin.systemd_service", {"name": name})
+            status = found.get("status") or {}
+            states[name] = "not-found" if status.get("LoadState") == "not-found" else status.get("ActiveState", "unknown")
+        return states
+
+    def _doctor_binaries(self, settings, info, execute_module):
+        """The BinaryNames of what containerd loads that exist and are executable on the node (those detection found,
+        and the others looked at one by one)."""
+        found = set(r["binary"] for r in list(info.get("runtimes") or []) + list(info.get("release_runtimes") or []))
+        for binary, _path in doctor.loaded_runtimes(info).values():
+            if binary and binary not in found and binary.startswith("/"):
+                looked = execute_module("ansible.builtin.stat", {"path": settings["root"].rstrip("/") + binary})
+                stat = looked.get("stat") or {}
+                if stat.get("exists") and stat.get("executable") and not stat.get("isdir"):
+                    found.add(binary)
+        return sorted(found)
 
     def _upgrade_check(self, result, settings, fail, execute_module):
         """Read-only: render the node's template for gpu_node_target_release (check mode, nothing is written), as the

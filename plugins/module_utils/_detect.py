@@ -98,6 +98,16 @@ class NodeFS:
         except OSError:
             return None
 
+    def readlink(self, node_path):
+        """The target of a symlink (as written, unresolved), else None."""
+        host = self.host_path(posixpath.dirname(node_path) or "/")
+        if host is None:
+            return None
+        try:
+            return os.readlink(os.path.join(host, posixpath.basename(node_path)))
+        except OSError:
+            return None
+
     def is_file(self, node_path):
         st = self.stat(node_path)
         return st is not None and stat.S_ISREG(st.st_mode)
@@ -621,7 +631,8 @@ def driver_facts(fs):
     if not gpus:
         gpus = [d for d in devices if re.match(r"^/dev/nvidia\d+$", d)]
     facts = {"loaded": text is not None, "version": None, "open_kernel_module": None,
-             "devices": devices, "gpu_count": len(gpus), "pci_gpus": pci_gpus(fs)}
+             "devices": devices, "gpu_count": len(gpus), "pci_gpus": pci_gpus(fs),
+             "char_links": char_links(fs), "nvswitches": len(pci_devices(fs, NVSWITCH_PCI_CLASSES))}
     if text:
         match = _DRIVER_RE.search(text)
         facts["version"] = match.group(1) if match else None
@@ -634,16 +645,39 @@ NVIDIA_PCI_VENDOR = "0x10de"
 GPU_PCI_CLASSES = ("0x0300", "0x0302")
 
 
-def pci_gpus(fs):
-    """NVIDIA GPUs on the PCI bus, driver loaded or not (what a fresh node has before the driver)."""
+# NVSwitch (class 0x0680xx, "other bridge"): HGX boards whose GPUs talk through it need the fabric manager running
+NVSWITCH_PCI_CLASSES = ("0x0680",)
+
+
+def pci_devices(fs, classes):
+    """NVIDIA PCI devices of these class prefixes, driver loaded or not."""
     found = []
     for device in fs.listdir("/sys/bus/pci/devices"):
         base = "/sys/bus/pci/devices/" + device
         vendor = (fs.read_text(base + "/vendor", 64) or "").strip()
         device_class = (fs.read_text(base + "/class", 64) or "").strip()
-        if vendor == NVIDIA_PCI_VENDOR and device_class.startswith(GPU_PCI_CLASSES):
+        if vendor == NVIDIA_PCI_VENDOR and device_class.startswith(classes):
             found.append(device)
     return found
+
+
+def pci_gpus(fs):
+    """NVIDIA GPUs on the PCI bus, driver loaded or not (what a fresh node has before the driver)."""
+    return pci_devices(fs, GPU_PCI_CLASSES)
+
+
+def char_links(fs):
+    """The NVIDIA device nodes that have a /dev/char/<major>:<minor> link: systemd finds a container's devices through
+    them, and takes the GPUs from running containers at `systemctl daemon-reload` when they are missing (NVIDIA
+    toolkit #1227; nvidia-ctk system create-dev-char-symlinks makes them)."""
+    found = set()
+    for name in fs.names("/dev/char"):
+        target = fs.readlink("/dev/char/" + name)
+        if target:
+            path = posixpath.normpath(posixpath.join("/dev/char", target))
+            if path.startswith("/dev/nvidia"):
+                found.add(path)
+    return sorted(found)
 
 
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
@@ -763,7 +797,7 @@ def file_facts(fs, path, include_content):
     if not stat.S_ISREG(lst.st_mode):
         return {"path": path, "state": "other"}
     facts = {"path": path, "state": "file", "size": lst.st_size, "mode": "%04o" % stat.S_IMODE(lst.st_mode),
-             "uid": lst.st_uid, "gid": lst.st_gid}
+             "uid": lst.st_uid, "gid": lst.st_gid, "mtime": int(lst.st_mtime)}
     if lst.st_size > MAX_CONFIG_BYTES:
         facts["error"] = "too_large"
         return facts

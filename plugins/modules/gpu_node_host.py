@@ -35,9 +35,11 @@ options:
         when it is not healthy; it returns C(gpu_node_result) with C(restarted) and C(verified).
       - V(upgrade_check) (the k3s_gpu.nvidia.upgrade_check playbook, in check mode) renders the node's template for
         C(gpu_node_target_release), reports it and fails the node when it breaks there or is refused now (O(fail)).
+      - V(doctor) (the k3s_gpu.nvidia.doctor playbook, in check mode) reads the node, plans what the role would do there
+        without writing, and returns RV(doctor), the node's layers from the GPU to containerd with the first broken one.
     type: str
     default: plan
-    choices: [plan, reread, configure, restart, upgrade_check]
+    choices: [plan, reread, configure, restart, upgrade_check, doctor]
   fail:
     description: O(phase=upgrade_check) - fail a node whose template breaks on the target release or is refused now.
     type: bool
@@ -71,6 +73,12 @@ install_due:
   returned: success
   type: bool
   sample: false
+doctor:
+  description:
+    - O(phase=doctor) - C(host), C(gpu_node), C(passed) (each layer with what it saw), C(broken) (the first broken layer
+      with C(cause) and C(fix), or null), C(handlers) and C(labels) the node should have in the cluster.
+  returned: when O(phase=doctor)
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -78,7 +86,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 def main():
     module = AnsibleModule(argument_spec=dict(
-        phase=dict(type="str", default="plan", choices=["plan", "reread", "configure", "restart", "upgrade_check"]),
+        phase=dict(type="str", default="plan", choices=["plan", "reread", "configure", "restart", "upgrade_check", "doctor"]),
         node_facts=dict(type="dict"), plan=dict(type="dict"), fail=dict(type="bool", default=True)), supports_check_mode=True)
     module.fail_json(msg="k3s_gpu.nvidia.gpu_node_host runs through its action plugin, inside the role k3s_gpu.nvidia.gpu_node")
 

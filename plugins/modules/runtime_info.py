@@ -279,10 +279,13 @@ driver:
   description:
     - NVIDIA kernel driver - loaded, version, open kernel module, device nodes, GPU count; and the NVIDIA GPUs
       on the PCI bus (C(pci_gpus)), found with or without a driver.
+    - C(char_links) - the NVIDIA device nodes that have a C(/dev/char/<major>:<minor>) link (systemd needs them to keep
+      a container's GPUs at C(systemctl daemon-reload)); C(nvswitches) - NVSwitches on the PCI bus (the fabric manager's
+      hardware).
   returned: success
   type: dict
   sample: {loaded: true, version: "580.95.05", open_kernel_module: true, devices: [/dev/nvidia0, /dev/nvidiactl], gpu_count: 1,
-           pci_gpus: ["0000:17:00.0"]}
+           pci_gpus: ["0000:17:00.0"], char_links: [/dev/nvidia0, /dev/nvidiactl], nvswitches: 0}
 loaded_config:
   description:
     - The config containerd loads (k3s/rke2 regenerate it at every start), whether it exists, and the runtime

@@ -567,11 +567,9 @@ def sandbox_node(state, release, toolkit_bin, node_root=None):
 def _compose_node(state, node, release, paths):
     """k3s's start-up step on the node: its config.toml composed from the release's base and what is on the node."""
     binaries = ["/usr/bin/" + name for name in NVIDIA_BINARIES if os.path.exists(node + "/usr/bin/" + name)]
-    loaded = cases.compose_node(node, distro.K3S, release, binaries)
     # k3s writes the composed config.toml into the node's containerd dir at each start: so does the lab, so that
     # what the collection reads on the node afterwards (the loaded config) is what the node would have
-    with open(node + paths["config"], "w", encoding="utf-8") as handle:
-        handle.write(loaded.config_text.replace('"%s/' % node, '"/'))  # the node's own paths, as k3s writes them
+    loaded = cases.start_node(node, distro.K3S, release, binaries)
     labels = node_labels_of(node, paths)
     state["node"] = {"root": node, "schema": loaded.schema, "labels": labels,
                      "dropin": loaded.dropin[0] if loaded.dropin else None,

@@ -100,6 +100,16 @@ def compose_node(root, distribution, release, binaries, toolkit_dirs=()):
     return Loaded(facts, schema, base_text, config_text, dropin)
 
 
+def start_node(root, distribution, release, binaries, toolkit_dirs=()):
+    """k3s/rke2's start on a node tree, as far as containerd's config goes: compose config.toml and write it into the
+    node's containerd dir with the node's own paths (k3s rewrites it at every start). Returns the Loaded."""
+    loaded = compose_node(root, distribution, release, binaries, toolkit_dirs)
+    target = root + loaded.facts["paths"]["config"]
+    with open(target, "w", encoding="utf-8") as handle:
+        handle.write(loaded.config_text.replace('"%s/' % root, '"/'))
+    return loaded
+
+
 class Case:
     """One engine case, built in its own short sandbox dir under /tmp."""
 

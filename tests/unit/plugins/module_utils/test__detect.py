@@ -218,7 +218,7 @@ def test_driver_devices_cdi_toolkit_operator(sandbox):
     facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
     assert facts["driver"] == {"loaded": True, "version": "580.95.05", "open_kernel_module": True,
                                "devices": ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl"], "gpu_count": 2,
-                               "pci_gpus": []}
+                               "pci_gpus": [], "char_links": [], "nvswitches": 0}
     assert facts["cdi"]["nvidia_devices"] == ["0", "all"]
     assert [s["kind"] for s in facts["cdi"]["specs"]] == ["nvidia.com/gpu", "vendor.com/x"]
     assert facts["toolkit"]["version"] == "1.18.1-1"
@@ -260,6 +260,22 @@ def test_pci_gpus_before_the_driver(sandbox):
     sandbox.write("/sys/bus/pci/devices/0000:00:02.0/class", "0x030000\n")
     facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
     assert facts["driver"]["pci_gpus"] == ["0000:17:00.0"] and facts["driver"]["loaded"] is False
+
+
+def test_dev_char_links_and_nvswitches(sandbox):
+    """/dev/char/<major>:<minor> links that point at NVIDIA device nodes (relative, as udev and nvidia-ctk make them, or
+    absolute), and the NVSwitches on the PCI bus."""
+    sandbox.k3s()
+    for dev in ("nvidia0", "nvidia1", "nvidiactl"):
+        sandbox.write("/dev/" + dev)
+    sandbox.symlink("/dev/char/195:0", "../nvidia0")
+    sandbox.symlink("/dev/char/195:255", "/dev/nvidiactl")
+    sandbox.symlink("/dev/char/1:3", "../null")
+    sandbox.write("/sys/bus/pci/devices/0000:05:00.0/vendor", "0x10de\n")
+    sandbox.write("/sys/bus/pci/devices/0000:05:00.0/class", "0x068000\n")
+    facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
+    assert facts["driver"]["char_links"] == ["/dev/nvidia0", "/dev/nvidiactl"]
+    assert facts["driver"]["nvswitches"] == 1 and facts["driver"]["pci_gpus"] == []
 
 
 def test_loaded_config_runtimes_follow_imports(sandbox):

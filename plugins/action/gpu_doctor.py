@@ -1,0 +1,74 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The doctor playbook's report, on the controller: the node layers each host found (gpu_node_host phase doctor),
+the cluster's layers for the nodes whose node layers passed, one line per node, the layers that passed, a JSON report,
+and a failed task when a node is BROKEN (unless fail is false). The rules are in plugin_utils/_doctor.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _doctor as doctor
+
+
+class ActionModule(ActionBase):
+
+    TRANSFERS_FILES = False
+    ARGUMENT_SPEC = {
+        "results": {"type": "dict", "required": True},
+        "node_names": {"type": "dict", "default": {}},
+        "cluster": {"type": "dict"},
+        "cluster_why": {"type": "str", "default": "no cluster"},
+        "report_path": {"type": "path"},
+        "fail": {"type": "bool", "default": True},
+    }
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)[1]
+        reports = []
+        for host, registered in sorted((args["results"] or {}).items()):
+            if not isinstance(registered, dict) or not registered:
+                continue  # not among the doctor's hosts
+            report = registered.get("doctor")
+            if not isinstance(report, dict):
+                why = "unreachable" if registered.get("unreachable") else str(registered.get("msg") or "no result").rstrip(".")
+                report = {"host": host, "gpu_node": True, "passed": [], "handlers": [], "labels": [],
+                          "broken": {"layer": "gpu", "cause": "the node could not be read: %s" % why,
+                                     "fix": "make the host reachable and run the doctor again"}}
+            if args.get("cluster") is not None:
+                doctor.check_cluster(report, (args["node_names"] or {}).get(host) or host, args["cluster"])
+            else:
+                report["cluster_why"] = args["cluster_why"].strip()
+            report["status"] = "BROKEN" if report.get("broken") else "OK" if report.get("gpu_node") else "no GPU"
+            report["broken_layer"] = (report.get("broken") or {}).get("layer")
+            reports.append(report)
+        lines = [doctor.line(r) for r in reports]
+        passed = ["%s: passed %s" % (r["host"], "; ".join("%s (%s)" % (p["layer"], p["detail"]) for p in r["passed"]))
+                  for r in reports if r.get("gpu_node") and r["passed"]]
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        path = args.get("report_path") or os.path.abspath("k3s-gpu-doctor-%s.json" % stamp)
+        document = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "layers": list(doctor.LAYERS),
+                    "nodes": reports, "broken": sorted(r["host"] for r in reports if r.get("broken"))}
+        try:
+            tmp_path = path + ".tmp"
+            with open(tmp_path, "w", encoding="utf-8") as handle:
+                json.dump(document, handle, indent=2, sort_keys=True)
+            os.chmod(tmp_path, 0o600)
+            os.replace(tmp_path, path)
+        except OSError as exc:
+            raise AnsibleActionFail("doctor_report_path %s: cannot write the report: %s" % (path, exc))
+        result.update(changed=False, lines=lines, passed=passed, report_path=path, nodes=reports, broken=document["broken"],
+                      msg=lines + passed + ["report: %s" % path])
+        if document["broken"] and args["fail"]:
+            result.update(failed=True)
+        return result

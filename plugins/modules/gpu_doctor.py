@@ -1,0 +1,97 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: gpu_doctor
+short_description: Internal - the report of the k3s_gpu.nvidia.doctor playbook
+version_added: 0.2.0
+description:
+  - B(Internal to the playbook k3s_gpu.nvidia.doctor; its options and results may change without notice.) Use the playbook.
+  - Takes each node's layers (C(k3s_gpu.nvidia.gpu_node_host) O(k3s_gpu.nvidia.gpu_node_host#module:phase=doctor)),
+    checks the cluster's layers (RuntimeClass, device plugin, allocatable) for the nodes whose node layers passed, writes
+    one line per node and a JSON report, and fails when a node is BROKEN.
+author:
+  - k3s_gpu.nvidia maintainers (@k3s-gpu)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+  - k3s_gpu.nvidia.action_attributes
+options:
+  results:
+    description: Inventory host to its registered result of the doctor phase.
+    type: dict
+    required: true
+  node_names:
+    description: Inventory host to its node's name in Kubernetes (empty - the host's name).
+    type: dict
+    default: {}
+  cluster:
+    description: The cluster's RuntimeClasses, Nodes and the pods that have not ended (C(classes), C(nodes), C(pods)).
+    type: dict
+  cluster_why:
+    description: Why the cluster was not read, for the nodes' lines.
+    type: str
+    default: no cluster
+  report_path:
+    description: Where the JSON report goes on the controller (default C(k3s-gpu-doctor-<time>.json) in the current directory).
+    type: path
+  fail:
+    description: Fail when a node is BROKEN.
+    type: bool
+    default: true
+"""
+
+EXAMPLES = r"""
+# Internal: the k3s_gpu.nvidia.doctor playbook calls it.
+- name: Report
+  k3s_gpu.nvidia.gpu_doctor:
+    results: "{{ dict(groups['all'] | zip(groups['all'] | map('extract', hostvars) | map(attribute='doctor__node', default={}) | list)) }}"
+"""
+
+RETURN = r"""
+lines:
+  description: "One line per node: C(<host>: OK) or C(<host>: BROKEN at <layer>: <cause>. Fix: <fix>)."
+  returned: success
+  type: list
+  elements: str
+passed:
+  description: Per node, the layers that passed and what each saw.
+  returned: success
+  type: list
+  elements: str
+broken:
+  description: The hosts that are BROKEN.
+  returned: success
+  type: list
+  elements: str
+report_path:
+  description: The JSON report written on the controller.
+  returned: success
+  type: str
+nodes:
+  description: The report of each node (the JSON report's C(nodes)).
+  returned: success
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(
+        results=dict(type="dict", required=True), node_names=dict(type="dict", default={}), cluster=dict(type="dict"),
+        cluster_why=dict(type="str", default="no cluster"), report_path=dict(type="path"),
+        fail=dict(type="bool", default=True)), supports_check_mode=True)
+    module.fail_json(msg="k3s_gpu.nvidia.gpu_doctor runs through its action plugin, inside k3s_gpu.nvidia.doctor")
+
+
+if __name__ == "__main__":
+    main()

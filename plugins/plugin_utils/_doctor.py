@@ -1,0 +1,422 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The doctor playbook's rules (pure, controller side): the layers between a GPU and a pod, checked in order on one
+node from what the gpu_node role reads and plans there (nothing is written), and the first broken one named with its
+fix. The cluster's layers (RuntimeClass, device plugin, allocatable, the pod) come from the verify rules.
+
+PRIVATE to the collection."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import time
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+
+NODE_LAYERS = ("gpu", "driver", "toolkit", "cdi", "containerd-config", "runtime-service")
+CLUSTER_LAYERS = ("runtimeclass", "device-plugin", "allocatable", "pod")
+LAYERS = NODE_LAYERS + CLUSTER_LAYERS
+
+FABRIC_MANAGER_UNIT = "nvidia-fabricmanager"
+PERSISTENCED_UNIT = "nvidia-persistenced"
+_GPU_DEVICE = re.compile(r"^/dev/nvidia[0-9]+$")
+
+
+class Broken(Exception):
+    """A layer that is broken: what is wrong on the node, and what to run or set (the role's variable where one does)."""
+
+    def __init__(self, cause, fix):
+        super(Broken, self).__init__(cause)
+        self.cause, self.fix = cause.rstrip("."), fix.rstrip(".")
+
+
+def _gpu_count(driver):
+    return len(driver.get("pci_gpus") or []) or int(driver.get("gpu_count") or 0)
+
+
+def is_gpu_node(info, settings):
+    """A GPU node: an NVIDIA GPU on the PCI bus, or something of a GPU node (the driver loaded, NVIDIA's runtimes)."""
+    driver = info.get("driver") or {}
+    return bool(_gpu_count(driver) or driver.get("loaded") or info.get("runtimes") or settings.get("force"))
+
+
+def check_gpu(info, _node):
+    driver = info["driver"]
+    count = _gpu_count(driver)
+    if not count:
+        had = "the NVIDIA driver loaded" if driver.get("loaded") else "NVIDIA's container runtimes"
+        raise Broken("no NVIDIA GPU on the PCI bus (vendor 0x10de, class 0x0300/0x0302 under /sys/bus/pci/devices), yet the "
+                     "node has %s" % had,
+                     "a GPU that fell off the bus (Xid 79: dmesg | grep -i xid) comes back after a reboot; in a VM, check "
+                     "the PCI passthrough; a node without a GPU does not belong in k3s_gpu_nodes")
+    return "%d NVIDIA GPU(s) on the PCI bus" % count
+
+
+def _expected_devices(driver):
+    return ["/dev/nvidiactl"] + ["/dev/nvidia%d" % index for index in range(_gpu_count(driver))]
+
+
+def check_driver(info, node):
+    driver = info["driver"]
+    operator_driver = node["mode"] == "operator" and (info.get("gpu_operator") or {}).get("driver_container")
+    if not driver.get("loaded"):
+        raise Broken(
+            "the NVIDIA kernel module is not loaded (/proc/driver/nvidia/version is absent)",
+            "the GPU Operator's driver pod loads it: look at it (kubectl -n %s get pods -o wide | grep driver) and its log"
+            % node["operator_namespace"] if operator_driver else
+            "load it (modprobe nvidia), or install it: gpu_node_driver_install: true with k3s_gpu.nvidia.site (a new driver "
+            "needs the reboot gpu_node_driver_reboot allows)")
+    if not driver.get("version"):
+        raise Broken("the driver's version cannot be read from /proc/driver/nvidia/version",
+                     "reload the module (modprobe -r nvidia && modprobe nvidia) or reboot the node")
+    present = set(driver.get("devices") or [])
+    missing = [d for d in _expected_devices(driver) if d not in present]
+    if missing:
+        raise Broken("device nodes missing: %s (the driver %s is loaded)" % (", ".join(missing), driver["version"]),
+                     "nvidia-ctk system create-device-nodes --control-devices --load-kernel-modules, or run nvidia-smi "
+                     "once; nvidia-persistenced keeps them")
+    unlinked = [d for d in _expected_devices(driver) if d not in set(driver.get("char_links") or [])]
+    if unlinked:
+        raise Broken("no /dev/char link for %s: at the next `systemctl daemon-reload` systemd takes these GPUs from running "
+                     "containers (Failed to initialize NVML: Unknown Error; NVIDIA toolkit #1227)" % ", ".join(unlinked),
+                     "nvidia-ctk system create-dev-char-symlinks --create-all, and its udev rule to keep them")
+    services = node.get("services") or {}
+    if driver.get("nvswitches"):
+        state = services.get(FABRIC_MANAGER_UNIT)
+        if state is not None and state != "active":
+            raise Broken("the node has %d NVSwitch(es) and %s is %s: its GPUs cannot talk to each other (CUDA reports "
+                         "system not yet initialized)" % (driver["nvswitches"], FABRIC_MANAGER_UNIT, state),
+                         "systemctl enable --now %s (its version must match the driver's, %s)" % (
+                             FABRIC_MANAGER_UNIT, driver["version"]))
+    state = services.get(PERSISTENCED_UNIT)
+    if state not in (None, "active", "not-found"):
+        raise Broken("%s is installed and %s: without it the driver unloads between GPU jobs and the device nodes may go"
+                     % (PERSISTENCED_UNIT, state), "systemctl enable --now %s" % PERSISTENCED_UNIT)
+    return "driver %s, %d device node(s), /dev/char links" % (driver["version"], len(_expected_devices(driver)))
+
+
+def _upstream(version):
+    """1.20.0 of 1.20.0-1, 1:1.20.0-1 or 1.20.0~rc.1-1."""
+    match = re.match(r"(?:\d+:)?(\d+\.\d+\.\d+)", str(version or ""))
+    return match.group(1) if match else None
+
+
+def check_toolkit(info, node):
+    operator = info.get("gpu_operator") or {}
+    if node["mode"] == "operator":
+        if not operator.get("present"):
+            raise Broken("the GPU Operator's toolkit is not on the node (%s has no nvidia-container-runtime)"
+                         % operator.get("toolkit_dir", distro.GPU_OPERATOR_TOOLKIT_DIR),
+                         "its toolkit DaemonSet puts it there: look at it (kubectl -n %s get pods -o wide | grep toolkit)"
+                         % node["operator_namespace"])
+        return "the GPU Operator's toolkit in %s" % operator.get("toolkit_dir")
+    if operator.get("present"):
+        raise Broken("a GPU Operator toolkit is in %s (left by an operator that was uninstalled, or a second owner): "
+                     "k3s/rke2 find it before /usr/bin and run its binaries (NVIDIA gpu-operator #494)"
+                     % operator.get("toolkit_dir"),
+                     "gpu_node_remove_operator_leftovers: true with k3s_gpu.nvidia.site removes it (or gpu_node_mode: "
+                     "operator where the operator is meant to stay)")
+    host_runtimes = [r for r in info.get("runtimes") or [] if r.get("owner") == distro.OWNER_HOST]
+    if not host_runtimes:
+        raise Broken("NVIDIA's container toolkit is not installed: no nvidia-container-runtime on the node",
+                     "k3s_gpu.nvidia.site installs it (gpu_node_toolkit_install: true, the default; "
+                     "gpu_node_toolkit_version pins it)")
+    installed = (info.get("toolkit") or {}).get("version")
+    pinned = node.get("toolkit_version")
+    if installed and pinned and node.get("toolkit_install") and _upstream(installed) != _upstream(pinned):
+        raise Broken("NVIDIA's toolkit %s is installed, gpu_node_toolkit_version pins %s" % (installed, pinned),
+                     "k3s_gpu.nvidia.site installs the pinned version (or set gpu_node_toolkit_version to the one you want)")
+    return "toolkit %s (%s)" % (installed or "version not read", ", ".join(r["name"] for r in host_runtimes))
+
+
+def cdi_in_use(node, handlers):
+    return bool(node.get("enable_cdi") or node.get("device_list_strategy") == "cdi-cri"
+                or any(name == "nvidia-cdi" for name in handlers))
+
+
+def check_cdi(info, node):
+    handlers = node.get("handlers") or []
+    if not cdi_in_use(node, handlers):
+        return "not used (no nvidia-cdi handler, no cdi-cri)"
+    specs = [s for s in (info.get("cdi") or {}).get("specs") or [] if s.get("kind") == "nvidia.com/gpu"]
+    why = "the nvidia-cdi handler" if "nvidia-cdi" in handlers else "the cdi-cri device list strategy"
+    if not specs:
+        raise Broken("no NVIDIA CDI spec in %s, which %s needs" % (" or ".join(info["cdi"]["spec_dirs"]), why),
+                     "gpu_node_cdi_generate: true (the default) with k3s_gpu.nvidia.site generates gpu_node_cdi_spec_path; "
+                     "or nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml")
+    if not any(s.get("current") for s in specs):
+        raise Broken("the CDI spec %s was made for another driver or GPU count: it does not name the driver %s's "
+                     "libraries (libcuda.so.%s) or lists %s device(s) for %d GPU(s); pods get stale paths "
+                     "(NVIDIA toolkit #1611)" % (
+                         ", ".join(s["path"] for s in specs), info["driver"].get("version"), info["driver"].get("version"),
+                         "/".join(str(len([d for d in s.get("devices") or [] if d.isdigit()])) for s in specs),
+                         _gpu_count(info["driver"])),
+                     "k3s_gpu.nvidia.site generates it again for the loaded driver (gpu_node_cdi_generate); the "
+                     "toolkit's nvidia-cdi-refresh units do it at every driver change where the toolkit ships them")
+    return "CDI spec %s" % ", ".join(s["path"] for s in specs if s.get("current"))
+
+
+def _config_text(info, key):
+    entry = (info.get("files") or {}).get(key) or {}
+    return entry.get("content") if entry.get("state") == "file" else None
+
+
+def loaded_runtimes(info):
+    """{handler: (BinaryName or None, file)} of the NVIDIA tables in what containerd loads: the config.toml k3s/rke2
+    wrote and the drop-ins (ours and the others)."""
+    schema = (info.get("profile") or {}).get("schema") or 2
+    texts = [(info["paths"]["config"], _config_text(info, "generated_config"))]
+    for key in ("dropin_v3", "dropin_v2", "dropin"):
+        if key in (info.get("paths") or {}):
+            texts.append((info["paths"][key], _config_text(info, key)))
+    texts += [(d.get("path"), d.get("content")) for d in info.get("other_dropins") or []]
+    found = {}
+    for path, text in texts:
+        if not text:
+            continue
+        try:
+            data = toml.loads(text)
+        except ValueError:
+            continue
+        for file_schema in (schema, 3, 2):
+            section = toml.containerd_section(data, file_schema)
+            if section and isinstance(section.get("runtimes"), dict):
+                for name, table in section["runtimes"].items():
+                    if name.startswith("nvidia") and isinstance(table, dict):
+                        binary = (table.get("options") or {}).get("BinaryName") if isinstance(table.get("options"), dict) else None
+                        found[name] = (binary, path)
+                break
+    return found
+
+
+def _cdi_switch(info):
+    """enable_cdi in the config.toml k3s/rke2 wrote (None: not set there)."""
+    text = _config_text(info, "generated_config")
+    if not text:
+        return None
+    try:
+        data = toml.loads(text)
+    except ValueError:
+        return None
+    for schema in (3, 2):
+        path = distro.cri_table(schema)
+        table = data
+        for key in path:
+            table = table.get(key) if isinstance(table, dict) else None
+        if isinstance(table, dict) and "enable_cdi" in table:
+            return bool(table["enable_cdi"])
+    return None
+
+
+def check_containerd_config(info, node):
+    if node.get("refusal"):
+        cause, _sep, fix = node["refusal"].partition(". Fix: ")  # the engine's refusals carry their own fix
+        raise Broken(cause, fix or "fix what it names, then run k3s_gpu.nvidia.site")
+    handlers = node.get("handlers") or []
+    loaded = loaded_runtimes(info)
+    if not _config_text(info, "generated_config"):
+        raise Broken("%s does not exist: k3s/rke2 has not started on this node since it was installed, or starts "
+                     "without containerd" % info["paths"]["config"],
+                     "start it (systemctl start %s) and look at its log" % (node.get("unit") or "k3s"))
+    missing_binary = [(name, binary) for name, (binary, _path) in sorted(loaded.items())
+                      if binary and binary not in node.get("existing_binaries", ())]
+    if missing_binary:
+        name, binary = missing_binary[0]
+        raise Broken("the %s runtime's BinaryName %s does not exist or is not executable on the node (%s): pods of "
+                     "its RuntimeClass fail to start" % (name, binary, loaded[name][1]),
+                     "install the toolkit that ships it (gpu_node_toolkit_install), or k3s_gpu.nvidia.site drops the "
+                     "runtime when its binary is gone")
+    if node.get("changes"):
+        raise Broken("the runtime blocks on the node are not what k3s_gpu.nvidia.site writes for this release: %s"
+                     % "; ".join("%s would be %s" % (c["path"], c["action"]) for c in node["changes"]),
+                     "run k3s_gpu.nvidia.site (it writes them and restarts k3s/rke2)")
+    absent = [name for name in handlers if name not in loaded]
+    if absent:
+        raise Broken("containerd's config lacks the handler(s) %s that the RuntimeClasses name" % ", ".join(absent),
+                     "run k3s_gpu.nvidia.site (gpu_node_runtimes lists the handlers it writes)")
+    if node.get("device_list_strategy") == "cdi-cri" or node.get("enable_cdi"):
+        switch = _cdi_switch(info)
+        enabled = switch if switch is not None else bool((info.get("profile") or {}).get("cdi_default_on"))
+        if not enabled:
+            raise Broken("enable_cdi is off in %s, but the device plugin hands out CDI device names (cdi-cri), which only "
+                         "containerd with CDI on resolves: GPU pods fail to start" % info["paths"]["config"],
+                         "gpu_node_enable_cdi: true with k3s_gpu.nvidia.site (or device list strategy envvar: "
+                         "gpu_node_device_plugin_device_list_strategy)")
+    return "handlers %s in what containerd loads" % (", ".join(sorted(loaded)) or "none")
+
+
+def _when(stamp):
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(stamp)) + " UTC"
+
+
+def check_runtime_service(info, node):
+    unit = node.get("unit") or ""
+    state = (node.get("services") or {}).get(unit) if unit else None
+    if state not in (None, "active"):
+        raise Broken("%s is %s" % (unit, state), "journalctl -u %s -n 50, then systemctl restart %s" % (unit, unit))
+    generated = (info.get("files") or {}).get("generated_config") or {}
+    written = generated.get("mtime")
+    ours = [(f["path"], f["mtime"]) for key, f in sorted((info.get("files") or {}).items())
+            if key in ("dropin_v3", "dropin_v2", "dropin", "template_v3", "template_v2", "default_runtime_file")
+            and f.get("state") == "file" and f.get("mtime")]
+    later = [(path, stamp) for path, stamp in ours if written and stamp > written]
+    if later:
+        path, stamp = later[0]
+        cause = "drift: %s changed at %s, after %s wrote %s at its last start (%s): containerd still runs the " \
+                "config of before" % (path, _when(stamp), unit or "k3s/rke2", posixpath.basename(generated["path"]), _when(written))
+        raise Broken(cause,
+                     "run k3s_gpu.nvidia.site (it restarts %s after a change; gpu_node_restart) or systemctl restart %s"
+                     % (unit or "k3s/rke2", unit or "k3s"))
+    seen = " active" if state == "active" else " (state not read: sandbox root)"
+    return "%s%s, config.toml written at its last start" % (unit or "service", seen)
+
+
+NODE_CHECKS = (("gpu", check_gpu), ("driver", check_driver), ("toolkit", check_toolkit), ("cdi", check_cdi),
+               ("containerd-config", check_containerd_config), ("runtime-service", check_runtime_service))
+
+
+def check_node(host, info, node):
+    """{host, gpu_node, passed: [{layer, detail}], broken: {layer, cause, fix} or None} for one node, layers in order,
+    stopping at the first broken one. node: what the action knows besides the reading (mode, handlers, changes,
+    refusal, services, existing_binaries, settings)."""
+    report = {"host": host, "gpu_node": True, "passed": [], "broken": None, "cluster_checked": False,
+              "handlers": list(node.get("handlers") or []), "labels": list(node.get("labels") or []), "mode": node.get("mode")}
+    if not is_gpu_node(info, node):
+        report["gpu_node"] = False
+        return report
+    for layer, check in NODE_CHECKS:
+        try:
+            detail = check(info, node)
+        except Broken as exc:
+            report["broken"] = {"layer": layer, "cause": exc.cause, "fix": exc.fix}
+            return report
+        report["passed"].append({"layer": layer, "detail": detail})
+    return report
+
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def _gpu_requests(pod):
+    total = 0
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        limits = (container.get("resources") or {}).get("limits") or {}
+        try:
+            total += int(limits.get(GPU_RESOURCE, 0))
+        except (TypeError, ValueError):
+            continue
+    return total
+
+
+def _plugin_pods(pods, node_name):
+    return [p for p in pods if (p.get("spec") or {}).get("nodeName") == node_name
+            and "device-plugin" in ((p.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/name", "")]
+
+
+def check_runtimeclass(report, node, cluster):
+    classes = cluster.get("classes") or []
+    by_handler = {}
+    for item in classes:
+        by_handler.setdefault(str(item.get("handler")), []).append(item)
+    missing = [h for h in report["handlers"] if h not in by_handler]
+    if missing:
+        raise Broken("no RuntimeClass has the handler(s) %s that this node's containerd serves" % ", ".join(missing),
+                     "run k3s_gpu.nvidia.runtimeclasses (it applies the classes the release lacks); k3s and rke2 ship "
+                     "nvidia and nvidia-experimental themselves")
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    for handler in report["handlers"]:
+        for item in by_handler[handler]:
+            selector = ((item.get("scheduling") or {}).get("nodeSelector")) or {}
+            lacking = ["%s=%s" % (k, v) for k, v in sorted(selector.items()) if labels.get(k) != v]
+            if lacking:
+                raise Broken("RuntimeClass %s selects nodes labelled %s, which this node is not: its pods never land here"
+                             % (item["metadata"]["name"], ", ".join(lacking)),
+                             "k3s_gpu.nvidia.site labels the node (gpu_node_handler_labels); k3s/rke2 apply node-label "
+                             "at their next start")
+    wanted = [entry.split("=", 1) for entry in report["labels"] if "=" in entry]
+    lacking = ["%s=%s" % (k, v) for k, v in wanted if labels.get(k) != v]
+    if lacking:
+        raise Broken("the node lacks the label(s) %s that the device plugin's HelmChart selects" % ", ".join(lacking),
+                     "k3s_gpu.nvidia.site writes them into config.yaml.d; k3s/rke2 apply them at their next start "
+                     "(systemctl restart k3s-agent), or kubectl label node %s %s" % (
+                         node["metadata"]["name"], " ".join(lacking)))
+    return "RuntimeClasses for %s" % (", ".join(report["handlers"]) or "no handler")
+
+
+def check_device_plugin(report, node, cluster):
+    status = node.get("status") or {}
+    capacity = (status.get("capacity") or {}).get(GPU_RESOURCE)
+    pods = _plugin_pods(cluster.get("pods") or [], node["metadata"]["name"])
+    if capacity not in (None, "0", ""):
+        return "nvidia.com/gpu capacity %s%s" % (capacity, " (%s)" % pods[0]["metadata"]["name"] if pods else "")
+    if pods:
+        pod = pods[0]
+        waiting = [((c.get("state") or {}).get("waiting") or {}).get("reason") for c in (pod.get("status") or {}).get(
+            "containerStatuses") or []]
+        raise Broken("the device plugin's pod %s on the node is %s%s and has registered no nvidia.com/gpu" % (
+            pod["metadata"]["name"], (pod.get("status") or {}).get("phase", "Unknown"),
+            " (%s)" % ", ".join(w for w in waiting if w) if any(waiting) else ""),
+            "kubectl -n %s logs %s (its RuntimeClass, gpu_node_device_plugin_runtime_class, must run it with the "
+            "driver's libraries)" % (pod["metadata"].get("namespace"), pod["metadata"]["name"]))
+    raise Broken("no device plugin has registered nvidia.com/gpu with this node's kubelet (%s), and no device plugin "
+                 "pod runs on it" % ("capacity 0: it registered once and is gone" if capacity is not None else
+                                     "no capacity"),
+                 "host mode: k3s_gpu.nvidia.site deploys NVIDIA's device plugin (gpu_node_device_plugin_state: present), "
+                 "whose DaemonSet places it by nvidia.com/gpu.present=true; operator mode: the GPU Operator's")
+
+
+def check_allocatable(report, node, cluster):
+    status = node.get("status") or {}
+    allocatable = (status.get("allocatable") or {}).get(GPU_RESOURCE, "0")
+    used = sum(_gpu_requests(p) for p in cluster.get("pods") or [] if (p.get("spec") or {}).get("nodeName")
+               == node["metadata"]["name"])
+    if allocatable in ("0", ""):
+        raise Broken("allocatable nvidia.com/gpu is 0 (capacity %s): every device is unhealthy or held back"
+                     % (status.get("capacity") or {}).get(GPU_RESOURCE, "0"),
+                     "the device plugin's log says which device it marked unhealthy (XID errors): kubectl logs of its "
+                     "pod on the node")
+    return "allocatable nvidia.com/gpu %s, %d in use" % (allocatable, used)
+
+
+CLUSTER_CHECKS = (("runtimeclass", check_runtimeclass), ("device-plugin", check_device_plugin),
+                  ("allocatable", check_allocatable))
+
+
+def check_cluster(report, node_name, cluster):
+    """The cluster's layers for a node whose node layers passed; report is changed in place."""
+    if not report.get("gpu_node") or report.get("broken"):
+        return report
+    report["cluster_checked"] = True
+    node = next((n for n in cluster.get("nodes") or [] if n["metadata"]["name"] == node_name), None)
+    if node is None:
+        cause = "the node %s is not in the cluster: its kubelet has not registered" % node_name
+        report["broken"] = {"layer": "runtime-service", "cause": cause,
+                            "fix": "look at the agent's log (journalctl -u k3s-agent); if the node has another name "
+                                   "there, set k3s_gpu_node_name for this host"}
+        return report
+    for layer, check in CLUSTER_CHECKS:
+        try:
+            detail = check(report, node, cluster)
+        except Broken as exc:
+            report["broken"] = {"layer": layer, "cause": exc.cause, "fix": exc.fix}
+            return report
+        report["passed"].append({"layer": layer, "detail": detail})
+    return report
+
+
+def line(report):
+    """`<host>: OK` or `<host>: BROKEN at <layer>: <cause>. Fix: <fix>`, and what was not checked."""
+    host = report["host"]
+    if not report.get("gpu_node"):
+        return "%s: no GPU (no NVIDIA device on the PCI bus, no driver, no NVIDIA runtime): not a GPU node" % host
+    broken = report.get("broken")
+    text = "%s: BROKEN at %s: %s. Fix: %s" % (host, broken["layer"], broken["cause"], broken["fix"]) if broken \
+        else "%s: OK" % host
+    if not broken and not report.get("cluster_checked"):
+        text += " (node layers; the cluster layers were not checked: %s)" % (report.get("cluster_why") or "no cluster")
+    return text

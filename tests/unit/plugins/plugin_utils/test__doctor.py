@@ -1,0 +1,221 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The doctor's layers on sandbox nodes: a healthy k3s v1.34.6 node (a GPU, the driver loaded with its device nodes and
+/dev/char links, NVIDIA's toolkit at the pinned version, a current CDI spec, the collection's drop-in, config.toml as
+k3s wrote it at its start), then one layer broken per case: the doctor names that layer and no earlier one."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _doctor as doctor
+from ansible_collections.k3s_gpu.nvidia.tests.conformance import cases
+
+RELEASE = "v1.34.6+k3s1"
+DRIVER = "580.95.05"
+BINARIES = ["/usr/bin/nvidia-container-runtime", "/usr/bin/nvidia-container-runtime.cdi",
+            "/usr/bin/nvidia-container-runtime.legacy"]
+CONFIG = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml"
+DROPIN = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml"
+TEMPLATE = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
+CDI_SPEC = "/var/run/cdi/nvidia.yaml"
+
+
+def cdi_spec(version, gpus=1):
+    devices = "".join('- name: "%d"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia%d\n' % (i, i)
+                      for i in range(gpus))
+    return ("---\ncdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n%s- name: all\ncontainerEdits:\n  mounts:\n"
+            "  - hostPath: /usr/lib/x86_64-linux-gnu/libcuda.so.%s\n" % (devices, version))
+
+
+def healthy(sandbox):
+    """The node after k3s_gpu.nvidia.site and a k3s start."""
+    sandbox.k3s("k3s", "package")
+    sandbox.write("/proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  %s  "
+                                                 "Release Build\n" % DRIVER)
+    for dev, minor in (("nvidia0", 0), ("nvidiactl", 255)):
+        sandbox.write("/dev/" + dev)
+        sandbox.symlink("/dev/char/195:%d" % minor, "../" + dev)
+    sandbox.write("/sys/bus/pci/devices/0000:17:00.0/vendor", "0x10de\n")
+    sandbox.write("/sys/bus/pci/devices/0000:17:00.0/class", "0x030200\n")
+    sandbox.write("/var/lib/dpkg/status", "Package: nvidia-container-toolkit-base\nStatus: install ok installed\n"
+                                          "Version: 1.20.0-1\n")
+    sandbox.write(CDI_SPEC, cdi_spec(DRIVER))
+    facts = detect.gather(sandbox.root, "k3s", RELEASE)
+    _plan, written = changes.compute(facts, {"state": "present", "root": sandbox.root, "distribution": "k3s",
+                                             "release": RELEASE})
+    for change in written:
+        sandbox.write(change["node_path"], change["after"])
+    cases.start_node(sandbox.root, "k3s", RELEASE, BINARIES)
+    past = time.time() - 600  # the role wrote its files before k3s started
+    for path in (DROPIN,):
+        os.utime(sandbox.path(path), (past, past))
+    return sandbox
+
+
+def node_settings(**overrides):
+    settings = {"mode": "host", "operator_namespace": "gpu-operator", "toolkit_version": "1.20.0-1", "toolkit_install": True,
+                "enable_cdi": None, "device_list_strategy": "auto", "unit": "k3s-agent",
+                "handlers": ["nvidia", "nvidia-cdi", "nvidia-legacy"], "labels": ["nvidia.com/gpu.present=true"],
+                "changes": [], "services": {}, "existing_binaries": BINARIES}
+    settings.update(overrides)
+    return settings
+
+
+def diagnose(sandbox, **overrides):
+    info = detect.gather(sandbox.root, "k3s", RELEASE)
+    if sandbox.exists(CONFIG):  # the doctor phase reads its text besides the reading (gpu_node_host)
+        info["files"]["generated_config"]["content"] = sandbox.read(CONFIG).decode("utf-8")
+    node = node_settings(**overrides)
+    if "existing_binaries" not in overrides:
+        node["existing_binaries"] = [b for b in BINARIES if sandbox.exists(b)]
+    return doctor.check_node("gpu1", info, node)
+
+
+def layers(report):
+    return [p["layer"] for p in report["passed"]], (report["broken"] or {}).get("layer")
+
+
+def test_a_healthy_node_passes_every_node_layer(sandbox):
+    report = diagnose(healthy(sandbox))
+    assert layers(report) == (list(doctor.NODE_LAYERS), None), report
+    assert doctor.line(report).startswith("gpu1: OK (node layers; the cluster layers were not checked")
+
+
+def _remove(sandbox, *paths):
+    for path in paths:
+        os.remove(sandbox.path(path))
+
+
+def _later(sandbox, path):
+    later = time.time() + 60
+    os.utime(sandbox.path(path), (later, later))
+
+
+def _duplicate_nvidia_table(sandbox):
+    sandbox.write(TEMPLATE, '{{ template "base" . }}\n\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]\n'
+                            '  runtime_type = "io.containerd.runc.v2"\n')
+
+
+def _cdi_off(sandbox):
+    text = sandbox.read(CONFIG).decode("utf-8")
+    header = '[plugins."io.containerd.cri.v1.runtime"]\n'
+    assert header in text
+    sandbox.write(CONFIG, text.replace(header, header + "  enable_cdi = false\n"))
+
+
+# (case, how the healthy node is broken, node settings, the layer the doctor must name, words of its cause)
+BROKEN = [
+    ("gpu fell off the bus", lambda s: _remove(s, "/sys/bus/pci/devices/0000:17:00.0/vendor", "/dev/nvidia0"), {},
+     "gpu", "no NVIDIA GPU on the PCI bus"),
+    ("no module loaded", lambda s: _remove(s, "/proc/driver/nvidia/version"), {}, "driver", "not loaded"),
+    ("device nodes missing", lambda s: _remove(s, "/dev/nvidiactl"), {}, "driver", "device nodes missing: /dev/nvidiactl"),
+    ("/dev/char links missing", lambda s: _remove(s, "/dev/char/195:0"), {}, "driver", "no /dev/char link for /dev/nvidia0"),
+    ("toolkit missing", lambda s: _remove(s, *BINARIES), {}, "toolkit", "not installed"),
+    ("toolkit at another version", lambda s: None, {"toolkit_version": "1.18.1-1"}, "toolkit",
+     "1.20.0-1 is installed, gpu_node_toolkit_version pins 1.18.1-1"),
+    ("stale toolkit in /usr/local/nvidia/toolkit", lambda s: s.binary("/usr/local/nvidia/toolkit/nvidia-container-runtime"), {},
+     "toolkit", "GPU Operator toolkit is in /usr/local/nvidia/toolkit"),
+    ("CDI spec missing", lambda s: _remove(s, CDI_SPEC), {}, "cdi", "no NVIDIA CDI spec"),
+    ("CDI spec older than the driver", lambda s: s.write(CDI_SPEC, cdi_spec("570.86.15")), {}, "cdi",
+     "made for another driver"),
+    ("a BinaryName that does not exist", lambda s: _remove(s, BINARIES[2]), {"existing_binaries": BINARIES[:2]},
+     "containerd-config", "BinaryName /usr/bin/nvidia-container-runtime.legacy does not exist"),
+    ("enable_cdi off in cdi-cri", _cdi_off, {"device_list_strategy": "cdi-cri"}, "containerd-config", "enable_cdi is off"),
+    ("the files differ from what the site writes", lambda s: None,
+     {"changes": [{"path": DROPIN, "action": "updated"}]}, "containerd-config", DROPIN + " would be updated"),
+    ("a refusal (a duplicate table in the template)", _duplicate_nvidia_table,
+     {"refusal": "gpu1: %s: the table nvidia is emitted twice" % TEMPLATE}, "containerd-config", "emitted twice"),
+    ("drift: the drop-in changed after k3s's last start", lambda s: _later(s, DROPIN), {}, "runtime-service",
+     "drift: %s changed" % DROPIN),
+    ("k3s not active", lambda s: None, {"services": {"k3s-agent": "failed"}}, "runtime-service", "k3s-agent is failed"),
+    ("fabric manager stopped on an NVSwitch board",
+     lambda s: (s.write("/sys/bus/pci/devices/0000:05:00.0/vendor", "0x10de\n"),
+                s.write("/sys/bus/pci/devices/0000:05:00.0/class", "0x068000\n")),
+     {"services": {"nvidia-fabricmanager": "inactive"}}, "driver", "NVSwitch"),
+]
+
+
+@pytest.mark.parametrize("breaks,settings,layer,words", [case[1:] for case in BROKEN], ids=[case[0] for case in BROKEN])
+def test_one_broken_layer_is_named_and_no_earlier_one(sandbox, breaks, settings, layer, words):
+    healthy(sandbox)
+    breaks(sandbox)
+    report = diagnose(sandbox, **settings)
+    passed, broken = layers(report)
+    assert broken == layer, report
+    assert passed == list(doctor.NODE_LAYERS[:doctor.NODE_LAYERS.index(layer)]), report
+    assert words in report["broken"]["cause"], report["broken"]
+    text = doctor.line(report)
+    assert text.startswith("gpu1: BROKEN at %s: " % layer) and ". Fix: " in text and report["broken"]["fix"], text
+
+
+def test_a_node_without_anything_of_a_gpu_is_not_a_gpu_node(sandbox):
+    sandbox.k3s("k3s", "nothing")
+    report = diagnose(sandbox)
+    assert report["gpu_node"] is False and report["broken"] is None
+    assert doctor.line(report) == "gpu1: no GPU (no NVIDIA device on the PCI bus, no driver, no NVIDIA runtime): not a GPU node"
+
+
+def test_the_check_leaves_the_node_as_it_was(sandbox):
+    healthy(sandbox)
+    before = sandbox.snapshot()
+    diagnose(sandbox)
+    assert sandbox.snapshot() == before
+
+
+def cluster_node(labels=None, capacity="1", allocatable="1"):
+    status = {"capacity": {"cpu": "8"}, "allocatable": {"cpu": "8"}}
+    if capacity is not None:
+        status["capacity"]["nvidia.com/gpu"] = capacity
+        status["allocatable"]["nvidia.com/gpu"] = allocatable
+    return {"metadata": {"name": "gpu1", "labels": {"nvidia.com/gpu.present": "true"} if labels is None else labels},
+            "status": status}
+
+
+CLASSES = [{"metadata": {"name": name}, "handler": name} for name in ("nvidia", "nvidia-cdi", "nvidia-legacy")]
+PLUGIN_POD = {"metadata": {"name": "nvidia-device-plugin-x1", "namespace": "nvidia-device-plugin",
+                           "labels": {"app.kubernetes.io/name": "nvidia-device-plugin"}},
+              "spec": {"nodeName": "gpu1", "containers": [{"name": "plugin"}]},
+              "status": {"phase": "Running", "containerStatuses": [{"state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}}
+GPU_POD = {"metadata": {"name": "train"}, "spec": {"nodeName": "gpu1", "containers": [
+    {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}, "status": {"phase": "Running"}}
+
+
+def node_report():
+    return {"host": "gpu1", "gpu_node": True, "passed": [{"layer": layer, "detail": ""} for layer in doctor.NODE_LAYERS],
+            "broken": None, "handlers": ["nvidia", "nvidia-cdi", "nvidia-legacy"], "labels": ["nvidia.com/gpu.present=true"]}
+
+
+@pytest.mark.parametrize("cluster,layer,words", [
+    ({"classes": CLASSES[:2], "nodes": [cluster_node()]}, "runtimeclass", "no RuntimeClass has the handler(s) nvidia-legacy"),
+    ({"classes": [dict(CLASSES[0], scheduling={"nodeSelector": {"k3s-gpu.nvidia/handler.nvidia": "true"}})] + CLASSES[1:],
+      "nodes": [cluster_node()]}, "runtimeclass", "RuntimeClass nvidia selects nodes labelled k3s-gpu.nvidia/handler.nvidia=true"),
+    ({"classes": CLASSES, "nodes": [cluster_node(labels={})]}, "runtimeclass", "lacks the label(s) nvidia.com/gpu.present=true"),
+    ({"classes": CLASSES, "nodes": [cluster_node(capacity=None)]}, "device-plugin", "no device plugin has registered"),
+    ({"classes": CLASSES, "nodes": [cluster_node(capacity=None)], "pods": [PLUGIN_POD]}, "device-plugin",
+     "nvidia-device-plugin-x1 on the node is Running (CrashLoopBackOff)"),
+    ({"classes": CLASSES, "nodes": [cluster_node(capacity="2", allocatable="0")]}, "allocatable", "allocatable nvidia.com/gpu is 0"),
+    ({"classes": CLASSES, "nodes": []}, "runtime-service", "the node gpu1 is not in the cluster"),
+    ({"classes": CLASSES, "nodes": [cluster_node()], "pods": [GPU_POD]}, None, None),
+])
+def test_the_cluster_layers_of_a_node(cluster, layer, words):
+    report = doctor.check_cluster(node_report(), "gpu1", cluster)
+    assert report["cluster_checked"] and (report["broken"] or {}).get("layer") == layer, report
+    if layer:
+        assert words in report["broken"]["cause"], report["broken"]
+    else:
+        assert report["passed"][-1] == {"layer": "allocatable", "detail": "allocatable nvidia.com/gpu 1, 1 in use"}
+        assert doctor.line(report) == "gpu1: OK"
+
+
+def test_a_node_broken_on_the_node_is_not_checked_in_the_cluster():
+    report = dict(node_report(), broken={"layer": "driver", "cause": "x", "fix": "y"})
+    assert doctor.check_cluster(report, "gpu1", {"classes": [], "nodes": []}).get("cluster_checked") is not True
