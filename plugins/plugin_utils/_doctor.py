@@ -348,26 +348,41 @@ def check_runtimeclass(report, node, cluster):
     return "RuntimeClasses for %s" % (", ".join(report["handlers"]) or "no handler")
 
 
+def _running(pod):
+    return (pod.get("status") or {}).get("phase") == "Running" and all(
+        "running" in (c.get("state") or {}) for c in (pod.get("status") or {}).get("containerStatuses") or [{}])
+
+
 def check_device_plugin(report, node, cluster):
+    """A plugin serves the node: capacity with something allocatable, or its pod running there (whose devices may all
+    be unhealthy: the allocatable layer). Capacity without allocatable and no plugin running is a plugin that stopped:
+    kubelet keeps the capacity a few minutes after the plugin's socket goes."""
     status = node.get("status") or {}
     capacity = (status.get("capacity") or {}).get(GPU_RESOURCE)
+    allocatable = (status.get("allocatable") or {}).get(GPU_RESOURCE)
     pods = _plugin_pods(cluster.get("pods") or [], node["metadata"]["name"])
-    if capacity not in (None, "0", ""):
-        return "nvidia.com/gpu capacity %s%s" % (capacity, " (%s)" % pods[0]["metadata"]["name"] if pods else "")
-    if pods:
+    running = [p for p in pods if _running(p)]
+    if capacity not in (None, "0", "") and (allocatable not in (None, "0", "") or running):
+        return "nvidia.com/gpu capacity %s%s" % (capacity, " (%s)" % running[0]["metadata"]["name"] if running else "")
+    if pods and not running:
         pod = pods[0]
         waiting = [((c.get("state") or {}).get("waiting") or {}).get("reason") for c in (pod.get("status") or {}).get(
             "containerStatuses") or []]
-        raise Broken("the device plugin's pod %s on the node is %s%s and has registered no nvidia.com/gpu" % (
+        raise Broken("the device plugin's pod %s on the node is %s%s and serves no nvidia.com/gpu" % (
             pod["metadata"]["name"], (pod.get("status") or {}).get("phase", "Unknown"),
             " (%s)" % ", ".join(w for w in waiting if w) if any(waiting) else ""),
             "kubectl -n %s logs %s (its RuntimeClass, gpu_node_device_plugin_runtime_class, must run it with the "
             "driver's libraries)" % (pod["metadata"].get("namespace"), pod["metadata"]["name"]))
-    raise Broken("no device plugin has registered nvidia.com/gpu with this node's kubelet (%s), and no device plugin "
-                 "pod runs on it" % ("capacity 0: it registered once and is gone" if capacity is not None else
-                                     "no capacity"),
-                 "host mode: k3s_gpu.nvidia.site deploys NVIDIA's device plugin (gpu_node_device_plugin_state: present), "
-                 "whose DaemonSet places it by nvidia.com/gpu.present=true; operator mode: the GPU Operator's")
+    if capacity in (None, ""):
+        why = "no device plugin has registered nvidia.com/gpu with this node's kubelet"
+    elif capacity == "0":
+        why = "a device plugin registered nvidia.com/gpu once and is gone (capacity 0)"
+    else:
+        why = "capacity %s, allocatable 0 and no device plugin pod running: the plugin that registered stopped " \
+              "(kubelet keeps the capacity a few minutes)" % capacity
+    raise Broken(why, "host mode: k3s_gpu.nvidia.site deploys NVIDIA's device plugin (gpu_node_device_plugin_state: "
+                      "present), whose DaemonSet places it by nvidia.com/gpu.present=true; operator mode: the GPU "
+                      "Operator's; a plugin of your own: restart it on the node")
 
 
 def check_allocatable(report, node, cluster):
@@ -376,10 +391,10 @@ def check_allocatable(report, node, cluster):
     used = sum(_gpu_requests(p) for p in cluster.get("pods") or [] if (p.get("spec") or {}).get("nodeName")
                == node["metadata"]["name"])
     if allocatable in ("0", ""):
-        raise Broken("allocatable nvidia.com/gpu is 0 (capacity %s): every device is unhealthy or held back"
-                     % (status.get("capacity") or {}).get(GPU_RESOURCE, "0"),
-                     "the device plugin's log says which device it marked unhealthy (XID errors): kubectl logs of its "
-                     "pod on the node")
+        raise Broken("allocatable nvidia.com/gpu is 0 (capacity %s) while the device plugin runs: it reports every "
+                     "device unhealthy" % (status.get("capacity") or {}).get(GPU_RESOURCE, "0"),
+                     "the device plugin's log says which device it marked unhealthy and why (XID errors): kubectl logs "
+                     "of its pod on the node; a GPU with XID 79/48 needs the node rebooted")
     return "allocatable nvidia.com/gpu %s, %d in use" % (allocatable, used)
 
 

@@ -533,6 +533,7 @@ def sandbox_node(state, release, toolkit_bin, node_root=None):
     os.makedirs(node + paths["containerd_dir"], exist_ok=True)
     os.makedirs(node + "/cni/bin")
     os.makedirs(node + "/cni/net.d")
+    node_gpu_files(node, state["gpus"])
     playbook = path("converge.yml")
     with open(playbook, "w", encoding="utf-8") as handle:
         handle.write(textwrap.dedent("""\
@@ -575,6 +576,37 @@ def _compose_node(state, node, release, paths):
                      "dropin": loaded.dropin[0] if loaded.dropin else None,
                      "runtimes": runtimes_of(loaded)}
     return loaded
+
+
+LAB_DRIVER = "580.95.05"
+LAB_TOOLKIT = "1.20.0-1"  # the gpu_node role's pin, and the version the lab builds (v1.20.0)
+
+
+def node_gpu_files(node, gpus):
+    """What the collection reads of a GPU node in the node's tree (its reading, not the containers): GPUs on the PCI bus,
+    the driver loaded with its device nodes and /dev/char links, the toolkit's package record, a CDI spec for the
+    driver. The devices the containers get are the lab's own (fake_devices)."""
+    files = {"/proc/driver/nvidia/version": "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  %s  Release Build "
+                                            "(k3s_gpu.nvidia lab: a test double)\n" % LAB_DRIVER,
+             "/dev/nvidiactl": "",
+             "/var/lib/dpkg/status": "Package: nvidia-container-toolkit-base\nStatus: install ok installed\nVersion: %s\n"
+                                     % LAB_TOOLKIT}
+    devices = []
+    for index in range(gpus):
+        files["/dev/nvidia%d" % index] = ""
+        files["/sys/bus/pci/devices/0000:%02x:00.0/vendor" % (0x17 + index)] = "0x10de\n"
+        files["/sys/bus/pci/devices/0000:%02x:00.0/class" % (0x17 + index)] = "0x030200\n"
+        devices.append('- name: "%d"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia%d\n' % (index, index))
+    files["/var/run/cdi/nvidia.yaml"] = ("---\ncdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n%s- name: all\n"
+                                         "containerEdits:\n  mounts:\n  - hostPath: /usr/lib/x86_64-linux-gnu/libcuda.so.%s\n"
+                                         % ("".join(devices), LAB_DRIVER))
+    for node_path, text in files.items():
+        os.makedirs(os.path.dirname(node + node_path), exist_ok=True)
+        with open(node + node_path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    os.makedirs(node + "/dev/char", exist_ok=True)
+    for minor, name in [(255, "nvidiactl")] + [(index, "nvidia%d" % index) for index in range(gpus)]:
+        os.symlink("../" + name, node + "/dev/char/%d:%d" % (NVIDIA_MAJOR, minor))
 
 
 def runtimes_of(loaded):
@@ -636,9 +668,17 @@ def containerd_config(state, loaded):
              lab.Override(table, "enable_cdi", True, "CDI on (containerd 2.x's default; written for the record)", "set")]
     text, applied = lab.apply_lab_overrides(loaded.config_text, "2.x", run_pods=True, opt_path=path("opt"), extra=extra)
     if loaded.dropin:
+        # containerd imports the lab's copy of the drop-in (the binaries' host paths, the lab's keys); the node's own
+        # drop-in stays as the collection wrote it, for the collection's reading of the node
         dropin_text, _applied = lab.apply_lab_overrides(loaded.dropin[1], "2.x", run_pods=True, only_runtimes=True)
-        with open(loaded.dropin[0], "w", encoding="utf-8") as handle:
+        dropin_dir = path("containerd", "config.d")
+        os.makedirs(dropin_dir, exist_ok=True)
+        with open(os.path.join(dropin_dir, os.path.basename(loaded.dropin[0])), "w", encoding="utf-8") as handle:
             handle.write(dropin_text)
+        node_dir = os.path.dirname(loaded.dropin[0]) + "/"
+        if node_dir not in text:
+            raise LabError("the composed config does not import %s*.toml: cannot point it at the lab's drop-in" % node_dir)
+        text = text.replace(node_dir, dropin_dir + "/")
     config_path = path("containerd", "config.toml")
     with open(config_path, "w", encoding="utf-8") as handle:
         handle.write(text)

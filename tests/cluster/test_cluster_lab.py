@@ -450,3 +450,53 @@ def test_verify_names_cdi_when_the_spec_is_missing(cluster):
             output[-4000:]
     finally:
         os.replace(away, spec)
+
+
+# ------------------------------------------------------------------ k3s_gpu.nvidia.doctor against the lab
+def run_doctor(cluster, case, tmp_path):
+    """The doctor playbook on the lab's inventory (its node tree and kubeconfig); (rc, the node's report)."""
+    report_path = str(tmp_path / "doctor.json")
+    rc, output = clusterlab.run_playbook("doctor", "-e", json.dumps({"doctor_report_path": report_path}), check=False)
+    with open(report_path, encoding="utf-8") as handle:
+        node = json.load(handle)["nodes"][0]
+    line = next((text for text in re.findall(r'"(lab-node: [^"]*)"', output)), "")
+    cluster.report.setdefault("doctor", []).append({"case": case, "rc": rc, "status": node["status"],
+                                                   "broken": node.get("broken"), "line": line})
+    print("\ndoctor, %s: rc %d\n  %s" % (case, rc, line))
+    return rc, node, output
+
+
+def test_doctor_passes_every_layer_on_the_good_lab(cluster, tmp_path):
+    rc, node, output = run_doctor(cluster, "good lab", tmp_path)
+    assert rc == 0 and node["status"] == "OK", output[-4000:]
+    every = ["gpu", "driver", "toolkit", "cdi", "containerd-config", "runtime-service", "runtimeclass", "device-plugin",
+             "allocatable"]
+    assert [p["layer"] for p in node["passed"]] == every
+    assert node["passed"][-1]["detail"].startswith("allocatable nvidia.com/gpu %d" % GPUS)
+
+
+def test_doctor_names_the_runtimeclass_when_one_is_missing(cluster, tmp_path):
+    saved = cluster.get("runtimeclass", "nvidia-legacy")
+    cluster.kubectl("delete", "runtimeclass", "nvidia-legacy")
+    try:
+        rc, node, output = run_doctor(cluster, "RuntimeClass nvidia-legacy missing", tmp_path)
+        assert rc != 0 and node["broken_layer"] == "runtimeclass", output[-4000:]
+        assert "no RuntimeClass has the handler(s) nvidia-legacy" in node["broken"]["cause"]
+        assert [p["layer"] for p in node["passed"]][-1] == "runtime-service"
+    finally:
+        restored = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "handler": saved["handler"],
+                    "metadata": {"name": "nvidia-legacy", "labels": saved["metadata"].get("labels") or {}}}
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(restored))
+
+
+def test_doctor_names_the_device_plugin_when_it_stopped(cluster, tmp_path):
+    state = clusterlab.read_state()
+    clusterlab.stop_process(state, "device-plugin")
+    try:
+        wait_for_gpus(cluster, "0")
+        rc, node, output = run_doctor(cluster, "device plugin stopped", tmp_path)
+        assert rc != 0 and node["broken_layer"] == "device-plugin", output[-4000:]
+        assert "allocatable 0 and no device plugin pod running" in node["broken"]["cause"]
+    finally:
+        clusterlab.start_again(state, "device-plugin")
+        wait_for_gpus(cluster, str(GPUS))

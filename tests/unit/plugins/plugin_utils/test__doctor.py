@@ -185,6 +185,7 @@ PLUGIN_POD = {"metadata": {"name": "nvidia-device-plugin-x1", "namespace": "nvid
                            "labels": {"app.kubernetes.io/name": "nvidia-device-plugin"}},
               "spec": {"nodeName": "gpu1", "containers": [{"name": "plugin"}]},
               "status": {"phase": "Running", "containerStatuses": [{"state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}}
+RUNNING_PLUGIN = dict(PLUGIN_POD, status={"phase": "Running", "containerStatuses": [{"state": {"running": {}}}]})
 GPU_POD = {"metadata": {"name": "train"}, "spec": {"nodeName": "gpu1", "containers": [
     {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}, "status": {"phase": "Running"}}
 
@@ -202,7 +203,11 @@ def node_report():
     ({"classes": CLASSES, "nodes": [cluster_node(capacity=None)]}, "device-plugin", "no device plugin has registered"),
     ({"classes": CLASSES, "nodes": [cluster_node(capacity=None)], "pods": [PLUGIN_POD]}, "device-plugin",
      "nvidia-device-plugin-x1 on the node is Running (CrashLoopBackOff)"),
-    ({"classes": CLASSES, "nodes": [cluster_node(capacity="2", allocatable="0")]}, "allocatable", "allocatable nvidia.com/gpu is 0"),
+    ({"classes": CLASSES, "nodes": [cluster_node(capacity="2", allocatable="0")]}, "device-plugin",
+     "capacity 2, allocatable 0 and no device plugin pod running"),
+    ({"classes": CLASSES, "nodes": [cluster_node(capacity="0", allocatable="0")]}, "device-plugin", "registered nvidia.com/gpu once"),
+    ({"classes": CLASSES, "nodes": [cluster_node(capacity="2", allocatable="0")], "pods": [RUNNING_PLUGIN]}, "allocatable",
+     "allocatable nvidia.com/gpu is 0 (capacity 2) while the device plugin runs"),
     ({"classes": CLASSES, "nodes": []}, "runtime-service", "the node gpu1 is not in the cluster"),
     ({"classes": CLASSES, "nodes": [cluster_node()], "pods": [GPU_POD]}, None, None),
 ])
