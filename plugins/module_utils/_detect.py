@@ -89,24 +89,22 @@ class NodeFS:
         except OSError:
             return None
 
-    def lstat(self, node_path):
+    def _unfollowed(self, call, node_path):
+        """call(host path) on the node path's last part itself (its directories resolved, it not), else None."""
         host = self.host_path(posixpath.dirname(node_path) or "/")
         if host is None:
             return None
         try:
-            return os.lstat(os.path.join(host, posixpath.basename(node_path)))
+            return call(os.path.join(host, posixpath.basename(node_path)))
         except OSError:
             return None
 
+    def lstat(self, node_path):
+        return self._unfollowed(os.lstat, node_path)
+
     def readlink(self, node_path):
         """The target of a symlink (as written, unresolved), else None."""
-        host = self.host_path(posixpath.dirname(node_path) or "/")
-        if host is None:
-            return None
-        try:
-            return os.readlink(os.path.join(host, posixpath.basename(node_path)))
-        except OSError:
-            return None
+        return self._unfollowed(os.readlink, node_path)
 
     def is_file(self, node_path):
         st = self.stat(node_path)
