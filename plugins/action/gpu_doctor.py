@@ -41,10 +41,8 @@ class ActionModule(ActionBase):
                 continue  # not among the doctor's hosts
             report = registered.get("doctor")
             if not isinstance(report, dict):
-                why = "unreachable" if registered.get("unreachable") else str(registered.get("msg") or "no result").rstrip(".")
-                report = {"host": host, "gpu_node": True, "passed": [], "handlers": [], "labels": [],
-                          "broken": {"layer": "gpu", "cause": "the node could not be read: %s" % why,
-                                     "fix": "make the host reachable and run the doctor again"}}
+                why = "unreachable" if registered.get("unreachable") else str(registered.get("msg") or "no result")
+                report = doctor.unread(host, why)
             if args.get("cluster") is not None:
                 doctor.check_cluster(report, (args["node_names"] or {}).get(host) or host, args["cluster"])
             else:

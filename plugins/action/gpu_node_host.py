@@ -212,9 +212,7 @@ class ActionModule(ActionBase):
                 settings = dict(settings, release=found[1], distribution=found[2])
         info = _read_node(execute_module, settings, settings["distribution"], settings["release"] or None)
         if info.get("failed"):
-            result["doctor"] = {"host": host, "gpu_node": True, "passed": [], "broken": {
-                "layer": "containerd-config", "cause": "the node cannot be read: %s" % host_step.in_role_terms(
-                    info.get("msg")).rstrip("."), "fix": "set what the message names, then run the doctor again"}}
+            result["doctor"] = doctor.unread(host, host_step.in_role_terms(info.get("msg")))
             return result
         info.pop("warnings", None)
         self._doctor_generated_config(settings, info, execute_module)

@@ -643,6 +643,7 @@ NVIDIA_PCI_VENDOR = "0x10de"
 GPU_PCI_CLASSES = ("0x0300", "0x0302")
 
 
+NVIDIA_CHAR_MAJOR = 195  # /dev/nvidia<N> and /dev/nvidiactl (the driver's fixed major)
 # NVSwitch (class 0x0680xx, "other bridge"): HGX boards whose GPUs talk through it need the fabric manager running
 NVSWITCH_PCI_CLASSES = ("0x0680",)
 
@@ -669,7 +670,8 @@ def char_links(fs):
     them, and takes the GPUs from running containers at `systemctl daemon-reload` when they are missing (NVIDIA
     toolkit #1227; nvidia-ctk system create-dev-char-symlinks makes them)."""
     found = set()
-    for name in fs.names("/dev/char"):
+    # only NVIDIA's character major (nvidiactl, nvidia<N>): /dev/char holds a link for every character device
+    for name in [n for n in fs.names("/dev/char") if n.startswith("%d:" % NVIDIA_CHAR_MAJOR)]:
         target = fs.readlink("/dev/char/" + name)
         if target:
             path = posixpath.normpath(posixpath.join("/dev/char", target))

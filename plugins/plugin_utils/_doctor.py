@@ -16,6 +16,7 @@ import re
 import time
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 
 NODE_LAYERS = ("gpu", "driver", "toolkit", "cdi", "containerd-config", "runtime-service")
@@ -24,7 +25,6 @@ LAYERS = NODE_LAYERS + CLUSTER_LAYERS
 
 FABRIC_MANAGER_UNIT = "nvidia-fabricmanager"
 PERSISTENCED_UNIT = "nvidia-persistenced"
-_GPU_DEVICE = re.compile(r"^/dev/nvidia[0-9]+$")
 
 
 class Broken(Exception):
@@ -280,6 +280,14 @@ NODE_CHECKS = (("gpu", check_gpu), ("driver", check_driver), ("toolkit", check_t
                ("containerd-config", check_containerd_config), ("runtime-service", check_runtime_service))
 
 
+def unread(host, why):
+    """The report of a node that could not be read: nothing of it was checked, so it fails at its first layer."""
+    return {"host": host, "gpu_node": True, "passed": [], "handlers": [], "labels": [],
+            "broken": {"layer": NODE_LAYERS[0], "cause": "the node could not be read, nothing was checked: %s"
+                       % str(why).rstrip("."), "fix": "mend what the message names (reachability, gpu_node_* variables), "
+                                                      "then run the doctor again"}}
+
+
 def check_node(host, info, node):
     """{host, gpu_node, passed: [{layer, detail}], broken: {layer, cause, fix} or None} for one node, layers in order,
     stopping at the first broken one. node: what the action knows besides the reading (mode, handlers, changes,
@@ -299,7 +307,7 @@ def check_node(host, info, node):
     return report
 
 
-GPU_RESOURCE = "nvidia.com/gpu"
+GPU_RESOURCE = device_plugin.RESOURCE_NAME
 
 
 def _gpu_requests(pod):

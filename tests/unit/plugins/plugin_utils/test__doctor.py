@@ -100,11 +100,6 @@ def _later(sandbox, path):
     os.utime(sandbox.path(path), (later, later))
 
 
-def _duplicate_nvidia_table(sandbox):
-    sandbox.write(TEMPLATE, '{{ template "base" . }}\n\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]\n'
-                            '  runtime_type = "io.containerd.runc.v2"\n')
-
-
 def _cdi_off(sandbox):
     text = sandbox.read(CONFIG).decode("utf-8")
     header = '[plugins."io.containerd.cri.v1.runtime"]\n'
@@ -130,10 +125,12 @@ BROKEN = [
     ("a BinaryName that does not exist", lambda s: _remove(s, BINARIES[2]), {"existing_binaries": BINARIES[:2]},
      "containerd-config", "BinaryName /usr/bin/nvidia-container-runtime.legacy does not exist"),
     ("enable_cdi off in cdi-cri", _cdi_off, {"device_list_strategy": "cdi-cri"}, "containerd-config", "enable_cdi is off"),
-    ("the files differ from what the site writes", lambda s: None,
+    # the next two take the planned outcome as the action hands it over (the engine's own runs: molecule sandbox_doctor)
+    ("the files differ from what the site writes (as planned)", lambda s: None,
      {"changes": [{"path": DROPIN, "action": "updated"}]}, "containerd-config", DROPIN + " would be updated"),
-    ("a refusal (a duplicate table in the template)", _duplicate_nvidia_table,
-     {"refusal": "gpu1: %s: the table nvidia is emitted twice" % TEMPLATE}, "containerd-config", "emitted twice"),
+    ("an engine refusal with its own fix (as planned)", lambda s: None,
+     {"refusal": "%s: line 3: the table nvidia is emitted twice [duplicate_table]. Fix: remove your table" % TEMPLATE},
+     "containerd-config", "emitted twice [duplicate_table]"),
     ("drift: the drop-in changed after k3s's last start", lambda s: _later(s, DROPIN), {}, "runtime-service",
      "drift: %s changed" % DROPIN),
     ("k3s not active", lambda s: None, {"services": {"k3s-agent": "failed"}}, "runtime-service", "k3s-agent is failed"),
@@ -224,3 +221,17 @@ def test_the_cluster_layers_of_a_node(cluster, layer, words):
 def test_a_node_broken_on_the_node_is_not_checked_in_the_cluster():
     report = dict(node_report(), broken={"layer": "driver", "cause": "x", "fix": "y"})
     assert doctor.check_cluster(report, "gpu1", {"classes": [], "nodes": []}).get("cluster_checked") is not True
+
+
+def test_an_engine_refusal_keeps_its_own_fix_once(sandbox):
+    healthy(sandbox)
+    report = diagnose(sandbox, refusal="%s: line 3: the table nvidia is emitted twice [duplicate_table]. Fix: remove your "
+                                       "table" % TEMPLATE)
+    assert report["broken"]["fix"] == "remove your table"
+    assert doctor.line(report).count("Fix: ") == 1
+
+
+def test_a_node_that_could_not_be_read_fails_at_the_first_layer_and_says_so():
+    report = doctor.unread("gpu9", "unreachable")
+    assert report["broken"]["layer"] == "gpu" and report["passed"] == []
+    assert doctor.line(report).startswith("gpu9: BROKEN at gpu: the node could not be read, nothing was checked: unreachable")
