@@ -34,7 +34,8 @@ READ_VARS = ("gpu_node_root", "gpu_node_distribution", "gpu_node_release", "gpu_
 PLAN_VARS = ("gpu_node_force", "gpu_node_mode", "gpu_node_operator_toolkit", "gpu_node_operator_driver",
              "gpu_node_toolkit_install", "gpu_node_driver_install", "gpu_node_driver_reboot", "gpu_node_default_runtime",
              "gpu_node_remove_operator_leftovers", "gpu_node_cdi_generate", "gpu_node_cdi_spec_path", "gpu_node_state",
-             "gpu_node_absent_remove_toolkit", "gpu_node_absent_remove_driver")
+             "gpu_node_absent_remove_toolkit", "gpu_node_absent_remove_driver", "gpu_node_dev_char_symlinks",
+             "gpu_node_cdi_refresh")
 CONFIGURE_VARS = ("gpu_node_runtimes", "gpu_node_enable_cdi", "gpu_node_handler_labels", "gpu_node_backup",
                   "gpu_node_target_release")
 # the upgrade_check playbook: the node as the role reads it, and the release it is about to get
@@ -131,10 +132,13 @@ class ActionModule(ActionBase):
             display.display(message)
         mode = plan["mode"]
         cdi = host_step.cdi_due(info, plan, settings)
+        devices = self._device_steps(info, plan, settings)
         due = plan["selected"] and bool(mode.get("install_driver") or mode.get("install_toolkit")
                                         or mode.get("remove_host_toolkit") or mode.get("remove_driver")
-                                        or mode.get("remove_operator_leftovers") or cdi)
-        result.update(_info=info, _plan=plan, install_due=due, cdi_due=cdi, _cdi_marker=host_step.cdi_marker(settings))
+                                        or mode.get("remove_operator_leftovers") or cdi
+                                        or devices["dev_char_due"] or devices["cdi_refresh_due"])
+        result.update(_info=info, _plan=plan, install_due=due, cdi_due=cdi, _cdi_marker=host_step.cdi_marker(settings),
+                      **devices)
         if not plan["selected"] or due:
             result.update(host_step.node_result(plan, info, None))
             return result
@@ -148,8 +152,15 @@ class ActionModule(ActionBase):
             return host_step.failed(result, "%s: reading the node after the installs failed: %s" % (self._host, message))
         fresh.pop("warnings", None)  # said by the first reading
         result.update(host_step.node_result(plan, fresh, None), _info=fresh, _plan=plan, install_due=False,
-                      cdi_due=host_step.cdi_due(fresh, plan, settings), _cdi_marker=host_step.cdi_marker(settings))
+                      cdi_due=host_step.cdi_due(fresh, plan, settings), _cdi_marker=host_step.cdi_marker(settings),
+                      **self._device_steps(fresh, plan, settings))
         return result
+
+    @staticmethod
+    def _device_steps(info, plan, settings):
+        """The node's device steps the role's tasks take: the /dev/char links and their udev rule, nvidia-cdi-refresh."""
+        return {"dev_char_due": host_step.dev_char_due(info, plan, settings) or False,
+                "cdi_refresh_due": host_step.cdi_refresh_due(info, plan, settings)}
 
     def _configure_params(self, settings, info, plan):
         """containerd_runtimes' options for the role's settings and plan (the node labels may refuse: raises)."""
@@ -191,7 +202,7 @@ class ActionModule(ActionBase):
         result.update(host_step.node_result(plan, info, runtimes), _info=info, _plan=plan, _runtimes=runtimes)
         # for the cluster step's device plugin: this node's CDI readiness and its named plugin config
         result.update(cdi=host_step.cdi_readiness(info, plan, settings), device_plugin_config=settings["device_plugin_config"])
-        result.update(reboot_required=reboot, install_due=False, cdi_due=False)
+        result.update(reboot_required=reboot, install_due=False, cdi_due=False, dev_char_due=False, cdi_refresh_due=False)
         if runtimes.get("failed"):
             changed = result.get("changed", False)
             host_step.failed(result, "%s: %s" % (self._host, host_step.in_role_terms(runtimes.get("msg"))))
@@ -219,6 +230,7 @@ class ActionModule(ActionBase):
         node = {"mode": settings["mode"], "operator_namespace": settings["operator_namespace"],
                 "toolkit_version": settings["toolkit_version"], "toolkit_install": settings["toolkit_install"],
                 "enable_cdi": settings["enable_cdi"], "device_list_strategy": settings["device_plugin_device_list_strategy"],
+                "cdi_spec_path": settings["cdi_spec_path"], "cdi_refresh": settings["cdi_refresh"],
                 "unit": (info.get("units") or [None])[0], "handlers": [r["name"] for r in info["release_runtimes"]
                                                                        if r["name"].startswith("nvidia")]}
         try:

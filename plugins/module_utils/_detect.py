@@ -630,7 +630,8 @@ def driver_facts(fs):
         gpus = [d for d in devices if re.match(r"^/dev/nvidia\d+$", d)]
     facts = {"loaded": text is not None, "version": None, "open_kernel_module": None,
              "devices": devices, "gpu_count": len(gpus), "pci_gpus": pci_gpus(fs),
-             "char_links": char_links(fs), "nvswitches": len(pci_devices(fs, NVSWITCH_PCI_CLASSES))}
+             "char_links": char_links(fs), "nvswitches": len(pci_devices(fs, NVSWITCH_PCI_CLASSES)),
+             "dev_char_rule": file_facts(fs, distro.DEV_CHAR_RULE, True)}
     if text:
         match = _DRIVER_RE.search(text)
         facts["version"] = match.group(1) if match else None
@@ -766,7 +767,18 @@ def toolkit_facts(fs, run_command, root_is_host):
         version, source = (match.group(1), "nvidia-ctk") if match else (None, None)
     if version is None:
         source = None
-    return {"version": version, "version_source": source, "nvidia_ctk": ctk}
+    return {"version": version, "version_source": source, "nvidia_ctk": ctk, "cdi_refresh": cdi_refresh_facts(fs)}
+
+
+UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
+
+
+def cdi_refresh_facts(fs):
+    """The toolkit's nvidia-cdi-refresh path unit (packaged in /lib or /usr/lib/systemd/system from 1.18) and whether
+    it is enabled: `systemctl enable` links it into multi-user.target.wants, which is read without systemd (sandbox)."""
+    unit = next((d + "/" + distro.CDI_REFRESH_UNIT for d in UNIT_DIRS if fs.is_file(d + "/" + distro.CDI_REFRESH_UNIT)), None)
+    wants = "/etc/systemd/system/multi-user.target.wants/" + distro.CDI_REFRESH_UNIT
+    return {"unit": unit, "enabled": fs.lstat(wants) is not None}
 
 
 def operator_facts(fs, runtimes):

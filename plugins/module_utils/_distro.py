@@ -186,6 +186,14 @@ NVIDIA_RUNTIMES = (
 )
 
 GPU_OPERATOR_TOOLKIT_DIR = "/usr/local/nvidia/toolkit"
+# The udev rule that makes the /dev/char links of NVIDIA's device nodes again whenever the driver binds (NVIDIA toolkit
+# #1227, nvidia-docker #1671), and the first line by which the gpu_node role knows the rule as its own
+DEV_CHAR_RULE = "/etc/udev/rules.d/71-nvidia-dev-char.rules"
+DEV_CHAR_RULE_MARKER = "# Written by k3s_gpu.nvidia (gpu_node_dev_char_symlinks); gpu_node_state=absent removes it"
+# The toolkit's units (1.18 and newer) that generate the CDI spec again at every driver or toolkit change
+CDI_REFRESH_UNIT = "nvidia-cdi-refresh.path"
+CDI_REFRESH_SINCE_TOOLKIT = (1, 18)  # deployments/systemd/ and the packages' unit files from v1.18.0
+CDI_REFRESH_OUTPUT = "/var/run/cdi/nvidia.yaml"
 # Who owns a runtime binary: the GPU Operator (its toolkit dir) or the host (packages, a custom dir).
 OWNER_GPU_OPERATOR = "gpu-operator"
 OWNER_HOST = "host"

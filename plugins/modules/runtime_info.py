@@ -281,11 +281,13 @@ driver:
       on the PCI bus (C(pci_gpus)), found with or without a driver.
     - C(char_links) - the NVIDIA device nodes that have a C(/dev/char/<major>:<minor>) link (systemd needs them to keep
       a container's GPUs at C(systemctl daemon-reload)); C(nvswitches) - NVSwitches on the PCI bus (the fabric manager's
-      hardware).
+      hardware); C(dev_char_rule) - the udev rule C(/etc/udev/rules.d/71-nvidia-dev-char.rules) that makes those links
+      at every driver bind (a file's facts, as in C(files), with its C(content)).
   returned: success
   type: dict
   sample: {loaded: true, version: "580.95.05", open_kernel_module: true, devices: [/dev/nvidia0, /dev/nvidiactl], gpu_count: 1,
-           pci_gpus: ["0000:17:00.0"], char_links: [/dev/nvidia0, /dev/nvidiactl], nvswitches: 0}
+           pci_gpus: ["0000:17:00.0"], char_links: [/dev/nvidia0, /dev/nvidiactl], nvswitches: 0,
+           dev_char_rule: {path: /etc/udev/rules.d/71-nvidia-dev-char.rules, state: absent, parent_exists: true}}
 loaded_config:
   description:
     - The config containerd loads (k3s/rke2 regenerate it at every start), whether it exists, and the runtime
@@ -301,9 +303,14 @@ cdi:
   returned: success
   type: dict
 toolkit:
-  description: NVIDIA container toolkit version (from dpkg status or C(nvidia-ctk --version)) and the nvidia-ctk path.
+  description:
+    - NVIDIA container toolkit version (from dpkg status or C(nvidia-ctk --version)) and the nvidia-ctk path.
+    - C(cdi_refresh) - the toolkit's C(nvidia-cdi-refresh.path) unit file (1.18 and newer; null when absent) and whether
+      it is enabled (linked into C(multi-user.target.wants)).
   returned: success
   type: dict
+  sample: {version: 1.20.0-1, version_source: dpkg, nvidia_ctk: /usr/bin/nvidia-ctk,
+           cdi_refresh: {unit: /lib/systemd/system/nvidia-cdi-refresh.path, enabled: true}}
 gpu_operator:
   description:
     - GPU Operator layout - whether C(/usr/local/nvidia/toolkit) holds runtime binaries (C(present),
@@ -330,7 +337,8 @@ host_toolkit:
     runtime_binaries: [/usr/bin/nvidia-container-runtime]
 files:
   description:
-    - State, mode and version line of the templates, drop-ins and configs (text too with O(include_content)).
+    - State, mode, size, owner, modification time (C(mtime), seconds since the epoch) and version line of the
+      templates, drop-ins and configs (text too with O(include_content)).
     - C(<key>_orig) and C(<key>_record) for a template or plain config - the copy of its bytes before the C(gpu_node)
       role's first edit (C(<file>.k3s-gpu-nvidia.orig)) and the SHA-256 of the text the role last left
       (C(<file>.k3s-gpu-nvidia.sha256)).

@@ -57,6 +57,54 @@ def cdi_due(info, plan, settings):
                    for spec in info["cdi"]["specs"])
 
 
+def dev_char_rule_text(nvidia_ctk):
+    """The udev rule that makes the /dev/char links again whenever the NVIDIA driver binds to a GPU (boot, driver
+    reload), with the node's nvidia-ctk."""
+    return "%s\nACTION==\"add\", DEVPATH==\"/bus/pci/drivers/nvidia\", RUN+=\"%s system create-dev-char-symlinks --create-all\"\n" % (
+        distro.DEV_CHAR_RULE_MARKER, nvidia_ctk)
+
+
+def nvidia_device_nodes(driver):
+    """/dev/nvidiactl and /dev/nvidia<N> among the node's device nodes: the ones a container gets."""
+    return [d for d in driver.get("devices") or [] if re.match(r"^/dev/nvidia(\d+|ctl)$", d)]
+
+
+def dev_char_due(info, plan, settings):
+    """What the role does for the /dev/char links (gpu_node_dev_char_symlinks), on a real root in host mode:
+    {"rule": "write" | "remove" | None, "links": bool, "path", "text"}, or None when nothing is due.
+
+    The rule is written once nvidia-ctk is there, the driver loaded or not (it fires when the driver binds after the
+    reboot into a new driver), where udev is installed (its rules directory exists); the links are made now only when
+    the driver is loaded and one is missing. State absent removes a rule that starts with the role's marker line."""
+    if not (plan["selected"] and plan["live"]):
+        return None
+    rule = (info.get("driver") or {}).get("dev_char_rule") or {}
+    ours = rule.get("state") == "file" and (rule.get("content") or "").startswith(distro.DEV_CHAR_RULE_MARKER)
+    if settings.get("state") == "absent":
+        return {"rule": "remove", "links": False, "path": distro.DEV_CHAR_RULE, "text": None} if ours else None
+    ctk = (info.get("toolkit") or {}).get("nvidia_ctk")
+    if not (settings.get("dev_char_symlinks") and plan["mode"].get("mode") == "host" and ctk):
+        return None
+    text = dev_char_rule_text(ctk)
+    write = (rule.get("state") == "absent" and rule.get("parent_exists")) or (ours and rule.get("content") != text)
+    driver = info.get("driver") or {}
+    linked = set(driver.get("char_links") or [])
+    links = bool(driver.get("loaded")) and any(d not in linked for d in nvidia_device_nodes(driver))
+    if not (write or links):
+        return None
+    return {"rule": "write" if write else None, "links": links, "path": distro.DEV_CHAR_RULE, "text": text,
+            "nvidia_ctk": ctk}
+
+
+def cdi_refresh_due(info, plan, settings):
+    """Whether the role enables the toolkit's nvidia-cdi-refresh.path (gpu_node_cdi_refresh): on a real root in host
+    mode, where the toolkit ships the unit, it is not enabled yet, and the role's spec is the one the unit writes."""
+    refresh = (info.get("toolkit") or {}).get("cdi_refresh") or {}
+    return bool(plan["selected"] and plan["live"] and settings.get("state") != "absent" and settings.get("cdi_refresh")
+                and settings.get("cdi_generate") and plan["mode"].get("mode") == "host" and refresh.get("unit")
+                and not refresh.get("enabled") and settings.get("cdi_spec_path") == distro.CDI_REFRESH_OUTPUT)
+
+
 # the role's device plugin variables (read without the gpu_node_ prefix) -> the settings of _device_plugin
 DEVICE_PLUGIN_SETTINGS = (("device_plugin_chart_version", "chart_version"), ("device_plugin_chart_repo", "chart_repo"),
                           ("device_plugin_chart_archive", "chart_archive"), ("device_plugin_namespace", "namespace"),

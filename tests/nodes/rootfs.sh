@@ -21,8 +21,9 @@ STAMP=$CACHE/rootfs-base.stamp
 SUITE=bookworm
 # python3-apt: ansible.builtin.apt needs it on the target; procps: ps/pgrep for debugging.
 # rpm, dnf, python3-dnf, dnf-plugins-core: the role's dnf path is tested on a Debian node (no RHEL here).
+# udev: a GPU node has it (the role's /dev/char rule goes to /etc/udev/rules.d); udevd itself stays off in a container.
 PACKAGES=(systemd systemd-sysv dbus python3 python3-apt openssh-server procps
-    containerd runc gnupg ca-certificates rpm dnf python3-dnf dnf-plugins-core)
+    containerd runc gnupg ca-certificates rpm dnf python3-dnf dnf-plugins-core udev)
 POSTPROCESS_VERSION=2 # bump when post_process() changes
 
 mirror() {

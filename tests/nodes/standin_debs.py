@@ -105,6 +105,30 @@ spec-dirs = ["/etc/cdi", "/var/run/cdi"]
 
 LIB_DIR = "usr/lib/x86_64-linux-gnu"
 
+# From 1.18 the toolkit ships nvidia-cdi-refresh.path/.service (NVIDIA's .deb puts them in /lib/systemd/system, the
+# same directory as /usr/lib/systemd/system on merged-/usr Debian 12; the .rpm in %{_unitdir}). The stand-ins watch
+# nvidia-ctk and print a spec: what the role checks is that the path unit is there and gets enabled.
+UNIT_DIR = "usr/lib/systemd/system"
+REFRESH_PATH_UNIT = """# STAND-IN of nvidia-cdi-refresh.path {upstream} (k3s_gpu.nvidia tests)
+[Unit]
+Description=STAND-IN: refresh the CDI spec when the toolkit changes
+
+[Path]
+PathChanged=/usr/bin/nvidia-ctk
+
+[Install]
+WantedBy=multi-user.target
+"""
+REFRESH_SERVICE_UNIT = """# STAND-IN of nvidia-cdi-refresh.service {upstream} (k3s_gpu.nvidia tests): prints the spec, writes nothing
+[Unit]
+Description=STAND-IN: generate the CDI spec
+ConditionPathExists=/usr/bin/nvidia-ctk
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/nvidia-ctk cdi generate
+"""
+
 
 def packages(version):
     """[{name, depends, files: {path: (text, mode)}, conffiles}] for one Debian version (e.g. 1.17.8-1)."""
@@ -114,6 +138,13 @@ def packages(version):
     def stub(template, binary):
         return template.format(binary=binary, upstream=upstream), 0o755
 
+    base_files = {"usr/bin/nvidia-container-runtime": stub(RUNTIME, "nvidia-container-runtime"),
+                  "usr/bin/nvidia-ctk": stub(CTK, "nvidia-ctk"),
+                  "usr/bin/nvidia-cdi-hook": stub(NOOP, "nvidia-cdi-hook"),
+                  "etc/nvidia-container-runtime/config.toml": (RUNTIME_CONFIG, 0o644)}
+    if tuple(int(part) for part in upstream.split(".")[:2]) >= (1, 18):
+        base_files[UNIT_DIR + "/nvidia-cdi-refresh.path"] = (REFRESH_PATH_UNIT.format(upstream=upstream), 0o644)
+        base_files[UNIT_DIR + "/nvidia-cdi-refresh.service"] = (REFRESH_SERVICE_UNIT.format(upstream=upstream), 0o644)
     return [
         {"name": "libnvidia-container1", "depends": "libc6 (>= 2.7)",
          "files": {"%s/libnvidia-container.so.%s" % (LIB_DIR, upstream): ("STAND-IN, not an ELF\n", 0o644)},
@@ -122,10 +153,7 @@ def packages(version):
          "depends": "libnvidia-container1 (>= %s), libc6 (>= 2.7)" % version,
          "files": {"usr/bin/nvidia-container-cli": stub(CLI, "nvidia-container-cli")}},
         {"name": "nvidia-container-toolkit-base", "depends": "",
-         "files": {"usr/bin/nvidia-container-runtime": stub(RUNTIME, "nvidia-container-runtime"),
-                   "usr/bin/nvidia-ctk": stub(CTK, "nvidia-ctk"),
-                   "usr/bin/nvidia-cdi-hook": stub(NOOP, "nvidia-cdi-hook"),
-                   "etc/nvidia-container-runtime/config.toml": (RUNTIME_CONFIG, 0o644)},
+         "files": base_files,
          "conffiles": ["/etc/nvidia-container-runtime/config.toml"]},
         {"name": "nvidia-container-toolkit",
          "depends": "nvidia-container-toolkit-base (= %s), libnvidia-container-tools (= %s), "

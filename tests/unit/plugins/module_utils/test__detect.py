@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
@@ -218,12 +219,29 @@ def test_driver_devices_cdi_toolkit_operator(sandbox):
     facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
     assert facts["driver"] == {"loaded": True, "version": "580.95.05", "open_kernel_module": True,
                                "devices": ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl"], "gpu_count": 2,
-                               "pci_gpus": [], "char_links": [], "nvswitches": 0}
+                               "pci_gpus": [], "char_links": [], "nvswitches": 0,
+                               "dev_char_rule": {"path": "/etc/udev/rules.d/71-nvidia-dev-char.rules", "state": "absent",
+                                                 "parent_exists": False}}
+    assert facts["toolkit"]["cdi_refresh"] == {"unit": None, "enabled": False}
     assert facts["cdi"]["nvidia_devices"] == ["0", "all"]
     assert [s["kind"] for s in facts["cdi"]["specs"]] == ["nvidia.com/gpu", "vendor.com/x"]
     assert facts["toolkit"]["version"] == "1.18.1-1"
     assert facts["gpu_operator"]["present"] is True
     assert [r["source"] for r in facts["runtimes"]] == ["k3s", "k3s", "gpu-operator"]
+
+
+def test_the_cdi_refresh_unit_and_the_dev_char_rule_are_read(sandbox):
+    sandbox.k3s()
+    sandbox.write("/lib/systemd/system/nvidia-cdi-refresh.path", "[Path]\n")
+    sandbox.write("/etc/udev/rules.d/71-nvidia-dev-char.rules", "# a rule\n")
+    facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
+    assert facts["toolkit"]["cdi_refresh"] == {"unit": "/lib/systemd/system/nvidia-cdi-refresh.path", "enabled": False}
+    assert facts["driver"]["dev_char_rule"]["content"] == "# a rule\n"
+    os.makedirs(sandbox.root + "/etc/systemd/system/multi-user.target.wants")
+    os.symlink("/lib/systemd/system/nvidia-cdi-refresh.path",
+               sandbox.root + "/etc/systemd/system/multi-user.target.wants/nvidia-cdi-refresh.path")
+    facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
+    assert facts["toolkit"]["cdi_refresh"]["enabled"] is True
 
 
 def test_no_driver(sandbox):
