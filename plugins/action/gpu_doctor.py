@@ -17,39 +17,47 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _doctor as doctor
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
 
 
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
     ARGUMENT_SPEC = {
+        "phase": {"type": "str", "default": "report", "choices": ["choose", "report"]},
         "results": {"type": "dict", "required": True},
         "node_names": {"type": "dict", "default": {}},
         "cluster": {"type": "dict"},
         "cluster_why": {"type": "str", "default": "no cluster"},
         "report_path": {"type": "path"},
         "fail": {"type": "bool", "default": True},
+        # the pod layer (doctor_run_pod): the smoke pods' namespace and image, then what they did
+        "namespace": {"type": "str", "default": "k3s-gpu-doctor"},
+        "image": {"type": "str", "default": "docker.io/library/ubuntu:24.04"},
+        "runtimeclasses": {"type": "list", "elements": "str", "default": []},
+        "pods": {"type": "list", "elements": "dict"},
+        "events": {"type": "list", "elements": "dict", "default": []},
+        "logs": {"type": "list", "elements": "dict", "default": []},
     }
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
         args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)[1]
-        reports = []
-        for host, registered in sorted((args["results"] or {}).items()):
-            if not isinstance(registered, dict) or not registered:
-                continue  # not among the doctor's hosts
-            report = registered.get("doctor")
-            if not isinstance(report, dict):
-                why = "unreachable" if registered.get("unreachable") else str(registered.get("msg") or "no result")
-                report = doctor.unread(host, why)
-            if args.get("cluster") is not None:
-                doctor.check_cluster(report, (args["node_names"] or {}).get(host) or host, args["cluster"])
-            else:
-                report["cluster_why"] = args["cluster_why"].strip()
+        reports = self._reports(args)
+        names = args["node_names"] or {}
+        if args["phase"] == "choose":
+            pairs = doctor.pod_pairs(reports, names, args["cluster"] or {}, args["runtimeclasses"])
+            result.update(changed=False, pairs=pairs, pods=verify.smoke_pods({"pairs": pairs}, args["namespace"], args["image"]))
+            return result
+        if args["pods"] is not None:
+            logs = dict(((entry.get("item") or {}).get("metadata", {}).get("name"), entry.get("log_lines") or [])
+                        for entry in args["logs"])
+            for report in reports:
+                doctor.check_pods(report, names.get(report["host"]) or report["host"], args["pods"], args["events"], logs)
+        for report in reports:
             report["status"] = "BROKEN" if report.get("broken") else "OK" if report.get("gpu_node") else "no GPU"
             report["broken_layer"] = (report.get("broken") or {}).get("layer")
-            reports.append(report)
         lines = [doctor.line(r) for r in reports]
         passed = ["%s: passed %s" % (r["host"], "; ".join("%s (%s)" % (p["layer"], p["detail"]) for p in r["passed"]))
                   for r in reports if r.get("gpu_node") and r["passed"]]
@@ -70,3 +78,21 @@ class ActionModule(ActionBase):
         if document["broken"] and args["fail"]:
             result.update(failed=True)
         return result
+
+    @staticmethod
+    def _reports(args):
+        """Each host's node layers as its doctor phase found them, then the cluster's layers where a cluster was read."""
+        reports = []
+        for host, registered in sorted((args["results"] or {}).items()):
+            if not isinstance(registered, dict) or not registered:
+                continue  # not among the doctor's hosts
+            report = registered.get("doctor")
+            if not isinstance(report, dict):
+                why = "unreachable" if registered.get("unreachable") else str(registered.get("msg") or "no result")
+                report = doctor.unread(host, why)
+            if args.get("cluster") is not None:
+                doctor.check_cluster(report, (args["node_names"] or {}).get(host) or host, args["cluster"])
+            else:
+                report["cluster_why"] = args["cluster_why"].strip()
+            reports.append(report)
+        return reports

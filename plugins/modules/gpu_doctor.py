@@ -24,6 +24,13 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes.flow
   - k3s_gpu.nvidia.action_attributes
 options:
+  phase:
+    description:
+      - V(choose) - the pod layer's smoke pods (RETURN C(pods), C(pairs)) for the nodes whose other layers passed.
+      - V(report) - the lines, the JSON report and the failure; with O(pods), the pod layer from what the pods did.
+    type: str
+    choices: [choose, report]
+    default: report
   results:
     description: Inventory host to its registered result of the doctor phase.
     type: dict
@@ -46,6 +53,33 @@ options:
     description: Fail when a node is BROKEN.
     type: bool
     default: true
+  namespace:
+    description: The namespace of the pod layer's smoke pods.
+    type: str
+    default: k3s-gpu-doctor
+  image:
+    description: The smoke pods' image (it needs only C(sh) and C(ls); the toolkit mounts C(nvidia-smi)).
+    type: str
+    default: docker.io/library/ubuntu:24.04
+  runtimeclasses:
+    description: V(choose) - only these RuntimeClasses (empty - the class of each handler the node serves).
+    type: list
+    elements: str
+    default: []
+  pods:
+    description: The smoke pods as they ended (C(k3s_gpu.nvidia.gpu_verify) O(k3s_gpu.nvidia.gpu_verify#module:phase=wait)); omitted - no pod layer.
+    type: list
+    elements: dict
+  events:
+    description: The events of the smoke pods' namespace.
+    type: list
+    elements: dict
+    default: []
+  logs:
+    description: The registered results of C(kubernetes.core.k8s_log) for the smoke pods.
+    type: list
+    elements: dict
+    default: []
 """
 
 EXAMPLES = r"""
@@ -80,6 +114,16 @@ nodes:
   returned: success
   type: list
   elements: dict
+pairs:
+  description: V(choose) - C([node, RuntimeClass]) of each smoke pod.
+  returned: success
+  type: list
+  elements: list
+pods:
+  description: V(choose) - the smoke pods' manifests.
+  returned: success
+  type: list
+  elements: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -87,9 +131,14 @@ from ansible.module_utils.basic import AnsibleModule
 
 def main():
     module = AnsibleModule(argument_spec=dict(
+        phase=dict(type="str", default="report", choices=["choose", "report"]),
         results=dict(type="dict", required=True), node_names=dict(type="dict", default={}), cluster=dict(type="dict"),
         cluster_why=dict(type="str", default="no cluster"), report_path=dict(type="path"),
-        fail=dict(type="bool", default=True)), supports_check_mode=True)
+        fail=dict(type="bool", default=True), namespace=dict(type="str", default="k3s-gpu-doctor"),
+        image=dict(type="str", default="docker.io/library/ubuntu:24.04"),
+        runtimeclasses=dict(type="list", elements="str", default=[]), pods=dict(type="list", elements="dict"),
+        events=dict(type="list", elements="dict", default=[]), logs=dict(type="list", elements="dict", default=[])),
+        supports_check_mode=True)
     module.fail_json(msg="k3s_gpu.nvidia.gpu_doctor runs through its action plugin, inside k3s_gpu.nvidia.doctor")
 
 

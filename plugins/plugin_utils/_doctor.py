@@ -18,6 +18,7 @@ import time
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
 
 NODE_LAYERS = ("gpu", "driver", "toolkit", "cdi", "containerd-config", "runtime-service")
 CLUSTER_LAYERS = ("runtimeclass", "device-plugin", "allocatable", "pod")
@@ -84,7 +85,9 @@ def check_driver(info, node):
     if unlinked:
         raise Broken("no /dev/char link for %s: at the next `systemctl daemon-reload` systemd takes these GPUs from running "
                      "containers (Failed to initialize NVML: Unknown Error; NVIDIA toolkit #1227)" % ", ".join(unlinked),
-                     "nvidia-ctk system create-dev-char-symlinks --create-all, and its udev rule to keep them")
+                     "k3s_gpu.nvidia.site makes them and installs the udev rule that makes them at every driver load "
+                     "(gpu_node_dev_char_symlinks: true, the default); by hand: nvidia-ctk system "
+                     "create-dev-char-symlinks --create-all")
     services = node.get("services") or {}
     if driver.get("nvswitches"):
         state = services.get(FABRIC_MANAGER_UNIT)
@@ -97,7 +100,10 @@ def check_driver(info, node):
     if state not in (None, "active", "not-found"):
         raise Broken("%s is installed and %s: without it the driver unloads between GPU jobs and the device nodes may go"
                      % (PERSISTENCED_UNIT, state), "systemctl enable --now %s" % PERSISTENCED_UNIT)
-    return "driver %s, %d device node(s), /dev/char links" % (driver["version"], len(_expected_devices(driver)))
+    rule = (driver.get("dev_char_rule") or {}).get("state") == "file"
+    return "driver %s, %d device node(s), /dev/char links (%s)" % (
+        driver["version"], len(_expected_devices(driver)),
+        "udev rule %s" % distro.DEV_CHAR_RULE if rule else "no udev rule: they go at the next reboot")
 
 
 def _upstream(version):
@@ -156,9 +162,41 @@ def check_cdi(info, node):
                          ", ".join(s["path"] for s in specs), info["driver"].get("version"), info["driver"].get("version"),
                          "/".join(str(len([d for d in s.get("devices") or [] if d.isdigit()])) for s in specs),
                          _gpu_count(info["driver"])),
-                     "k3s_gpu.nvidia.site generates it again for the loaded driver (gpu_node_cdi_generate); the "
-                     "toolkit's nvidia-cdi-refresh units do it at every driver change where the toolkit ships them")
-    return "CDI spec %s" % ", ".join(s["path"] for s in specs if s.get("current"))
+                     "k3s_gpu.nvidia.site generates it again for the loaded driver (gpu_node_cdi_generate) and enables "
+                     "the toolkit's nvidia-cdi-refresh.path where it ships it, which does it at every driver change "
+                     "(gpu_node_cdi_refresh)")
+    return "CDI spec %s%s" % (", ".join(s["path"] for s in specs if s.get("current")), _check_cdi_refresh(info, node))
+
+
+def _toolkit_line(version):
+    match = re.match(r"(?:\d+:)?(\d+)\.(\d+)", str(version or ""))
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _check_cdi_refresh(info, node):
+    """Where the host toolkit ships nvidia-cdi-refresh (1.18+) and the role's spec is the one it writes: its path unit
+    is there and enabled, else the next driver change leaves the spec stale. Returns the passed detail's tail."""
+    toolkit = info.get("toolkit") or {}
+    refresh = toolkit.get("cdi_refresh") or {}
+    line = _toolkit_line(toolkit.get("version"))
+    if node.get("mode") != "host" or node.get("cdi_spec_path", distro.CDI_REFRESH_OUTPUT) != distro.CDI_REFRESH_OUTPUT:
+        return ""
+    if line is None or line < distro.CDI_REFRESH_SINCE_TOOLKIT:
+        return "; no nvidia-cdi-refresh (toolkit %s): k3s_gpu.nvidia.site generates the spec again after a driver " \
+               "change" % (toolkit.get("version") or "version not read")
+    if not refresh.get("unit"):
+        raise Broken("the toolkit %s ships nvidia-cdi-refresh, but %s is not on the node (no unit in /etc, /usr/lib or "
+                     "/lib/systemd/system): the next driver change leaves the CDI spec stale" % (
+                         toolkit["version"], distro.CDI_REFRESH_UNIT),
+                     "reinstall the toolkit's packages (apt-get install --reinstall nvidia-container-toolkit-base, or dnf "
+                     "reinstall), then run k3s_gpu.nvidia.site")
+    if not refresh.get("enabled") and node.get("cdi_refresh", True):
+        raise Broken("%s is not enabled: the next driver change leaves the CDI spec stale (NVIDIA toolkit #1611)"
+                     % distro.CDI_REFRESH_UNIT,
+                     "k3s_gpu.nvidia.site enables it (gpu_node_cdi_refresh: true, the default), or systemctl enable "
+                     "--now %s" % distro.CDI_REFRESH_UNIT)
+    return "; refreshed by %s" % distro.CDI_REFRESH_UNIT if refresh.get("enabled") else \
+        "; %s not enabled (gpu_node_cdi_refresh: false)" % distro.CDI_REFRESH_UNIT
 
 
 def _config_text(info, key):
@@ -293,7 +331,8 @@ def check_node(host, info, node):
     stopping at the first broken one. node: what the action knows besides the reading (mode, handlers, changes,
     refusal, services, existing_binaries, settings)."""
     report = {"host": host, "gpu_node": True, "passed": [], "broken": None, "cluster_checked": False,
-              "handlers": list(node.get("handlers") or []), "labels": list(node.get("labels") or []), "mode": node.get("mode")}
+              "handlers": list(node.get("handlers") or []), "labels": list(node.get("labels") or []), "mode": node.get("mode"),
+              "operator_namespace": node.get("operator_namespace")}
     if not is_gpu_node(info, node):
         report["gpu_node"] = False
         return report
@@ -321,9 +360,93 @@ def _gpu_requests(pod):
     return total
 
 
+def _app(pod):
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return labels.get("app.kubernetes.io/name") or labels.get("app") or ""
+
+
 def _plugin_pods(pods, node_name):
+    """NVIDIA's device plugin on the node: its chart's pods (app.kubernetes.io/name) or the GPU Operator's (app)."""
     return [p for p in pods if (p.get("spec") or {}).get("nodeName") == node_name
-            and "device-plugin" in ((p.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/name", "")]
+            and "device-plugin" in _app(p) and "validator" not in _app(p)]
+
+
+# The GPU Operator's pods on a node (their `app` label) and the layer each one owns
+OPERATOR_COMPONENTS = (("nvidia-driver-daemonset", "driver"), ("nvidia-container-toolkit-daemonset", "toolkit"))
+# The operator's validator: its init containers, in order, and the layer each one proves
+OPERATOR_VALIDATOR = "nvidia-operator-validator"
+OPERATOR_VALIDATIONS = (("driver-validation", "driver"), ("toolkit-validation", "toolkit"), ("cuda-validation", "pod"),
+                        ("plugin-validation", "device-plugin"))
+# the node layers the operator owns in operator mode: a node broken there is explained by its objects
+OPERATOR_OWNED = ("driver", "toolkit", "cdi", "containerd-config")
+
+
+def _state_text(state):
+    for key in ("waiting", "terminated"):
+        if key in (state or {}):
+            entry = state[key] or {}
+            text = entry.get("reason") or key
+            if key == "terminated" and entry.get("exitCode") is not None:
+                text += " (exit code %s)" % entry["exitCode"]
+            return text
+    return "running"
+
+
+def operator_finding(report, node_name, cluster):
+    """What the GPU Operator's own objects say is wrong for this node, in order: no ClusterPolicy, its driver or
+    toolkit pod on the node not running, a validation of its validator not passed, the ClusterPolicy not ready.
+    Returns (layer, cause, fix), None when all is well, or when the cluster's operator objects were not read."""
+    policies = cluster.get("policies")
+    if policies is None:
+        return None
+    namespace = report.get("operator_namespace") or "gpu-operator"
+    if not policies:
+        return ("toolkit", "no ClusterPolicy in the cluster: the GPU Operator is not deployed (or not yet) and nothing "
+                           "installs its driver, toolkit and device plugin", "k3s_gpu.nvidia.gpu_operator deploys it "
+                           "(gpu_node_operator_state: present), then kubectl -n %s get pods" % namespace)
+    on_node = [p for p in cluster.get("pods") or [] if (p.get("spec") or {}).get("nodeName") == node_name]
+    for component, layer in OPERATOR_COMPONENTS:
+        for pod in [p for p in on_node if _app(p) == component and not _running(p)]:
+            waiting = [_state_text(c.get("state")) for c in (pod.get("status") or {}).get("containerStatuses") or []]
+            return (layer, "the GPU Operator's %s pod %s on the node is %s%s" % (
+                component, pod["metadata"]["name"], (pod.get("status") or {}).get("phase", "Unknown"),
+                " (%s)" % ", ".join(waiting) if waiting else ""),
+                "kubectl -n %s logs %s --all-containers" % (pod["metadata"].get("namespace") or namespace, pod["metadata"]["name"]))
+    for pod in [p for p in on_node if _app(p) == OPERATOR_VALIDATOR]:
+        statuses = dict((c.get("name"), c.get("state") or {}) for c in (pod.get("status") or {}).get("initContainerStatuses") or [])
+        for name, layer in OPERATOR_VALIDATIONS:
+            state = statuses.get(name)
+            if state is not None and (state.get("terminated") or {}).get("exitCode") != 0:
+                return (layer, "the GPU Operator's validator %s on the node has not passed %s: %s" % (
+                    pod["metadata"]["name"], name, _state_text(state)),
+                    "kubectl -n %s logs %s -c %s" % (pod["metadata"].get("namespace") or namespace, pod["metadata"]["name"], name))
+    for policy in policies:
+        state = (policy.get("status") or {}).get("state")
+        if state != "ready":
+            return ("toolkit", "ClusterPolicy %s is %s" % (policy["metadata"]["name"], state or "without a state yet"),
+                    "kubectl -n %s logs deploy/gpu-operator says which component it waits for; kubectl -n %s get pods "
+                    "-o wide" % (namespace, namespace))
+    return None
+
+
+def check_operator(report, node_name, cluster):
+    """Operator mode: the operator's objects explain a node layer it owns that broke, and are checked on a node whose
+    layers passed. Returns True when the report is final (broken)."""
+    finding = operator_finding(report, node_name, cluster)
+    broken = report.get("broken")
+    if broken:
+        if finding and broken["layer"] in OPERATOR_OWNED:
+            broken.update(cause="%s; the GPU Operator's objects say: %s" % (broken["cause"], finding[1]), fix=finding[2])
+        return True
+    if finding:
+        report["broken"] = {"layer": finding[0], "cause": finding[1], "fix": finding[2]}
+        return True
+    if cluster.get("policies") is not None:
+        for entry in report["passed"]:
+            if entry["layer"] == "toolkit":
+                entry["detail"] += "; the GPU Operator: ClusterPolicy %s ready, no validation failed on the node" % (
+                    ", ".join(p["metadata"]["name"] for p in cluster["policies"]))
+    return False
 
 
 def check_runtimeclass(report, node, cluster):
@@ -411,8 +534,13 @@ CLUSTER_CHECKS = (("runtimeclass", check_runtimeclass), ("device-plugin", check_
 
 
 def check_cluster(report, node_name, cluster):
-    """The cluster's layers for a node whose node layers passed; report is changed in place."""
-    if not report.get("gpu_node") or report.get("broken"):
+    """The cluster's layers for a node whose node layers passed (operator mode: the operator's objects first, also
+    for a node broken at a layer the operator owns); report is changed in place."""
+    if not report.get("gpu_node"):
+        return report
+    if report.get("mode") == "operator" and check_operator(report, node_name, cluster):
+        return report
+    if report.get("broken"):
         return report
     report["cluster_checked"] = True
     node = next((n for n in cluster.get("nodes") or [] if n["metadata"]["name"] == node_name), None)
@@ -429,6 +557,51 @@ def check_cluster(report, node_name, cluster):
             report["broken"] = {"layer": layer, "cause": exc.cause, "fix": exc.fix}
             return report
         report["passed"].append({"layer": layer, "detail": detail})
+    return report
+
+
+def pod_pairs(reports, node_names, cluster, wanted=()):
+    """The pod layer's pods (doctor_run_pod): [[node, RuntimeClass]], one per node whose other layers all passed and
+    RuntimeClass whose handler the node serves (the class named as its handler first, as k3s names its own); only the
+    classes in `wanted` when it names any."""
+    classes = sorted(cluster.get("classes") or [],
+                     key=lambda c: (c["metadata"]["name"] != str(c.get("handler")), c["metadata"]["name"]))
+    pairs = []
+    for report in reports:
+        if report.get("broken") or not report.get("gpu_node") or not report.get("cluster_checked"):
+            continue
+        node = node_names.get(report["host"]) or report["host"]
+        for handler in report.get("handlers") or []:
+            named = [c["metadata"]["name"] for c in classes if str(c.get("handler")) == handler]
+            if named and (not wanted or named[0] in wanted):
+                pairs.append([node, named[0]])
+    return pairs
+
+
+def check_pods(report, node_name, pods, events, logs):
+    """The pod layer of one node from its smoke pods (verify's reading of their status, events and logs); report is
+    changed in place. A pod that did not pass names the layer verify found, in its cause."""
+    if report.get("broken") or not report.get("gpu_node") or not report.get("cluster_checked"):
+        return report
+    found = [(pod, state) for pod, state in verify.settle(pods, events, logs) if verify.node_of(pod) == node_name]
+    if not found:
+        report["broken"] = {"layer": "pod", "cause": "no smoke pod was found for the node",
+                            "fix": "kubectl get pods -n the doctor's namespace (doctor_pod_namespace), then run the doctor again"}
+        return report
+    seen = []
+    for pod, state in found:
+        runtimeclass = pod["spec"].get("runtimeClassName", "?")
+        entry = state["broken"]
+        if entry is None and not state["done"]:
+            entry = verify.broken(runtimeclass, "pod", "still %s when the wait ended" % (pod.get("status") or {}).get(
+                "phase", "Unknown"), "raise k3s_gpu_verify_timeout_seconds, or look at the pod's events (kubectl describe pod)")
+        if entry is not None:
+            report["broken"] = {"layer": "pod", "fix": entry["fix"],
+                                "cause": "the pod with RuntimeClass %s and nvidia.com/gpu: 1 did not get its GPU (the %s "
+                                         "layer, as the pod shows it): %s" % (runtimeclass, entry["layer"], entry["cause"])}
+            return report
+        seen.append("%s: %s" % (runtimeclass, verify.gpu_line(logs.get(pod["metadata"]["name"], []))))
+    report["passed"].append({"layer": "pod", "detail": "; ".join(seen)})
     return report
 
 

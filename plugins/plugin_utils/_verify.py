@@ -293,7 +293,7 @@ def settle(pods, events=(), logs=None):
     return settled
 
 
-def _gpu_line(lines):
+def gpu_line(lines):
     found = [line for line in lines if line.startswith("GPU ")]
     return "; ".join(found) if found else (lines[-1] if lines else "no output")
 
@@ -316,7 +316,7 @@ def report(pods, logs, expected, allocatable, events=(), problems=(), notes=()):
                 "raise k3s_gpu_verify_timeout_seconds, or look at the pod's events (kubectl describe pod)")
         if entry is None:
             lines.append("%s: OK | allocatable nvidia.com/gpu %s | %s" % (
-                scope, allocatable.get(node_of(pod), "?"), _gpu_line(log_of.get(pod["metadata"]["name"], []))))
+                scope, allocatable.get(node_of(pod), "?"), gpu_line(log_of.get(pod["metadata"]["name"], []))))
             continue
         lines.append(broken_line(entry))
         failed.append("%s (%s)" % (entry["scope"], entry["layer"]))

@@ -17,6 +17,7 @@ import pytest
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _doctor as doctor
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
 from ansible_collections.k3s_gpu.nvidia.tests.conformance import cases
 
 RELEASE = "v1.34.6+k3s1"
@@ -27,6 +28,8 @@ CONFIG = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml"
 DROPIN = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml"
 TEMPLATE = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
 CDI_SPEC = "/var/run/cdi/nvidia.yaml"
+REFRESH_UNIT = "/lib/systemd/system/nvidia-cdi-refresh.path"
+REFRESH_WANTS = "/etc/systemd/system/multi-user.target.wants/nvidia-cdi-refresh.path"
 
 
 def cdi_spec(version, gpus=1):
@@ -49,6 +52,10 @@ def healthy(sandbox):
     sandbox.write("/var/lib/dpkg/status", "Package: nvidia-container-toolkit-base\nStatus: install ok installed\n"
                                           "Version: 1.20.0-1\n")
     sandbox.write(CDI_SPEC, cdi_spec(DRIVER))
+    # the toolkit's nvidia-cdi-refresh path unit, enabled (gpu_node_cdi_refresh), and the /dev/char udev rule
+    sandbox.write(REFRESH_UNIT, "[Path]\nPathChanged=/usr/bin/nvidia-ctk\n")
+    sandbox.symlink(REFRESH_WANTS, REFRESH_UNIT)
+    sandbox.write("/etc/udev/rules.d/71-nvidia-dev-char.rules", "# the rule\n")
     facts = detect.gather(sandbox.root, "k3s", RELEASE)
     _plan, written = changes.compute(facts, {"state": "present", "root": sandbox.root, "distribution": "k3s",
                                              "release": RELEASE})
@@ -122,6 +129,10 @@ BROKEN = [
     ("CDI spec missing", lambda s: _remove(s, CDI_SPEC), {}, "cdi", "no NVIDIA CDI spec"),
     ("CDI spec older than the driver", lambda s: s.write(CDI_SPEC, cdi_spec("570.86.15")), {}, "cdi",
      "made for another driver"),
+    ("nvidia-cdi-refresh.path not enabled", lambda s: _remove(s, REFRESH_WANTS), {}, "cdi",
+     "nvidia-cdi-refresh.path is not enabled"),
+    ("nvidia-cdi-refresh missing from a toolkit that ships it", lambda s: _remove(s, REFRESH_WANTS, REFRESH_UNIT), {}, "cdi",
+     "ships nvidia-cdi-refresh, but nvidia-cdi-refresh.path is not on the node"),
     ("a BinaryName that does not exist", lambda s: _remove(s, BINARIES[2]), {"existing_binaries": BINARIES[:2]},
      "containerd-config", "BinaryName /usr/bin/nvidia-container-runtime.legacy does not exist"),
     ("enable_cdi off in cdi-cri", _cdi_off, {"device_list_strategy": "cdi-cri"}, "containerd-config", "enable_cdi is off"),
@@ -152,6 +163,26 @@ def test_one_broken_layer_is_named_and_no_earlier_one(sandbox, breaks, settings,
     assert words in report["broken"]["cause"], report["broken"]
     text = doctor.line(report)
     assert text.startswith("gpu1: BROKEN at %s: " % layer) and ". Fix: " in text and report["broken"]["fix"], text
+
+
+def test_the_refresh_unit_is_not_asked_of_a_toolkit_before_1_18_nor_with_gpu_node_cdi_refresh_off(sandbox):
+    healthy(sandbox)
+    _remove(sandbox, REFRESH_WANTS)
+    report = diagnose(sandbox, cdi_refresh=False)
+    assert report["broken"] is None and "nvidia-cdi-refresh.path not enabled (gpu_node_cdi_refresh: false)" in \
+        report["passed"][3]["detail"], report
+    _remove(sandbox, REFRESH_UNIT)
+    sandbox.write("/var/lib/dpkg/status", "Package: nvidia-container-toolkit-base\nStatus: install ok installed\n"
+                                          "Version: 1.17.8-1\n")
+    report = diagnose(sandbox, toolkit_version="1.17.8-1")
+    assert report["broken"] is None and "no nvidia-cdi-refresh (toolkit 1.17.8-1)" in report["passed"][3]["detail"], report
+
+
+def test_the_driver_layer_says_whether_the_dev_char_rule_keeps_the_links(sandbox):
+    healthy(sandbox)
+    assert "udev rule /etc/udev/rules.d/71-nvidia-dev-char.rules" in diagnose(sandbox)["passed"][1]["detail"]
+    _remove(sandbox, "/etc/udev/rules.d/71-nvidia-dev-char.rules")
+    assert "no udev rule: they go at the next reboot" in diagnose(sandbox)["passed"][1]["detail"]
 
 
 def test_a_node_without_anything_of_a_gpu_is_not_a_gpu_node(sandbox):
@@ -235,3 +266,126 @@ def test_a_node_that_could_not_be_read_fails_at_the_first_layer_and_says_so():
     report = doctor.unread("gpu9", "unreachable")
     assert report["broken"]["layer"] == "gpu" and report["passed"] == []
     assert doctor.line(report).startswith("gpu9: BROKEN at gpu: the node could not be read, nothing was checked: unreachable")
+
+
+# ------------------------------------------------------------------ the pod layer (doctor_run_pod)
+def checked_report():
+    return doctor.check_cluster(node_report(), "gpu1", {"classes": CLASSES, "nodes": [cluster_node()]})
+
+
+def smoke_pod(runtimeclass, phase, exit_code=None):
+    pod = verify.smoke_pods({"pairs": [["gpu1", runtimeclass]]}, "k3s-gpu-doctor", "busybox")[0]
+    pod["spec"]["nodeName"] = "gpu1"
+    state = {"terminated": {"exitCode": exit_code}} if exit_code is not None else {"running": {}}
+    pod["status"] = {"phase": phase, "containerStatuses": [{"state": state}]}
+    return pod
+
+
+def test_the_pod_layer_runs_one_pod_per_handler_on_nodes_whose_layers_passed():
+    broken = dict(node_report(), host="gpu2", broken={"layer": "driver", "cause": "x", "fix": "y"})
+    legacy_elsewhere = [{"metadata": {"name": "legacy"}, "handler": "nvidia-legacy"}]
+    pairs = doctor.pod_pairs([checked_report(), broken], {"gpu1": "node-1"}, {"classes": legacy_elsewhere + CLASSES})
+    assert pairs == [["node-1", "nvidia"], ["node-1", "nvidia-cdi"], ["node-1", "nvidia-legacy"]]
+    assert doctor.pod_pairs([node_report()], {}, {"classes": CLASSES}) == []  # the cluster was not checked
+
+
+def test_the_pod_layer_passes_with_what_each_pod_saw():
+    pods = [smoke_pod("nvidia", "Succeeded", 0), smoke_pod("nvidia-cdi", "Succeeded", 0)]
+    logs = {pods[0]["metadata"]["name"]: ["/dev/nvidia0", "GPU 0: NVIDIA H200 (UUID: GPU-1)"],
+            pods[1]["metadata"]["name"]: ["/dev/nvidia1", "GPU 1: NVIDIA H200 (UUID: GPU-2)"]}
+    report = doctor.check_pods(checked_report(), "gpu1", pods, [], logs)
+    assert report["broken"] is None and report["passed"][-1] == {
+        "layer": "pod", "detail": "nvidia: GPU 0: NVIDIA H200 (UUID: GPU-1); nvidia-cdi: GPU 1: NVIDIA H200 (UUID: GPU-2)"}
+    assert doctor.line(report) == "gpu1: OK"
+
+
+@pytest.mark.parametrize("pods,words", [
+    ([smoke_pod("nvidia", "Succeeded", 0), smoke_pod("nvidia-cdi", "Failed", 12)],
+     "RuntimeClass nvidia-cdi and nvidia.com/gpu: 1 did not get its GPU (the toolkit layer, as the pod shows it): "
+     "libnvidia-ml.so is not in the pod"),
+    ([smoke_pod("nvidia", "Pending")], "still Pending when the wait ended"),
+    ([], "no smoke pod was found for the node"),
+])
+def test_a_pod_that_does_not_get_its_gpu_breaks_the_pod_layer(pods, words):
+    report = doctor.check_pods(checked_report(), "gpu1", pods, [], {})
+    assert report["broken"]["layer"] == "pod" and words in report["broken"]["cause"], report["broken"]
+    assert [p["layer"] for p in report["passed"]] == list(doctor.LAYERS[:-1])
+
+
+def test_the_pod_layer_leaves_a_node_broken_earlier_as_it_was():
+    report = dict(node_report(), broken={"layer": "cdi", "cause": "x", "fix": "y"})
+    assert doctor.check_pods(report, "gpu1", [], [], {})["broken"]["layer"] == "cdi"
+
+
+# ------------------------------------------------------------------ operator mode: the GPU Operator's own objects
+POLICY = {"metadata": {"name": "cluster-policy"}, "status": {"state": "ready"}}
+
+
+def operator_pod(app, phase="Running", state=None, init=None):
+    status = {"phase": phase, "containerStatuses": [{"state": state or {"running": {}}}]}
+    if init is not None:
+        status["initContainerStatuses"] = [{"name": name, "state": st} for name, st in init]
+    return {"metadata": {"name": app + "-x1", "namespace": "gpu-operator", "labels": {"app": app}},
+            "spec": {"nodeName": "gpu1"}, "status": status}
+
+
+PASSED = {"terminated": {"exitCode": 0}}
+VALIDATOR_OK = operator_pod("nvidia-operator-validator", init=[(n, PASSED) for n, _l in doctor.OPERATOR_VALIDATIONS])
+OPERATOR_PLUGIN = operator_pod("nvidia-device-plugin-daemonset")
+
+
+def operator_report(broken=None):
+    report = dict(node_report(), mode="operator", operator_namespace="gpu-operator", handlers=["nvidia"], labels=[])
+    if broken:
+        report["passed"] = report["passed"][:doctor.NODE_LAYERS.index(broken)]
+        report["broken"] = {"layer": broken, "cause": "the GPU Operator's toolkit is not on the node", "fix": "look"}
+    return report
+
+
+def operator_cluster(policies=(POLICY,), pods=(VALIDATOR_OK, OPERATOR_PLUGIN)):
+    return {"classes": CLASSES, "nodes": [cluster_node(labels={})], "policies": list(policies), "pods": list(pods)}
+
+
+@pytest.mark.parametrize("cluster,layer,words", [
+    (operator_cluster(policies=()), "toolkit", "no ClusterPolicy in the cluster"),
+    (operator_cluster(pods=(operator_pod("nvidia-container-toolkit-daemonset", "Pending",
+                                         {"waiting": {"reason": "ImagePullBackOff"}}),)),
+     "toolkit", "nvidia-container-toolkit-daemonset pod nvidia-container-toolkit-daemonset-x1 on the node is Pending "
+                "(ImagePullBackOff)"),
+    (operator_cluster(pods=(operator_pod("nvidia-operator-validator", "Pending", init=[
+        ("driver-validation", PASSED), ("toolkit-validation", PASSED),
+        ("cuda-validation", {"terminated": {"exitCode": 1, "reason": "Error"}})]),)),
+     "pod", "has not passed cuda-validation: Error (exit code 1)"),
+    (operator_cluster(policies=(dict(POLICY, status={"state": "notReady"}),)), "toolkit", "ClusterPolicy cluster-policy is notReady"),
+    (operator_cluster(), None, None),
+])
+def test_operator_mode_checks_the_operators_own_objects(cluster, layer, words):
+    report = doctor.check_cluster(operator_report(), "gpu1", cluster)
+    assert (report["broken"] or {}).get("layer") == layer, report
+    if layer:
+        assert words in report["broken"]["cause"] and report["broken"]["fix"].startswith(("kubectl", "k3s_gpu")), report
+    else:
+        assert "the GPU Operator: ClusterPolicy cluster-policy ready" in report["passed"][2]["detail"]
+        assert report["passed"][-1]["layer"] == "allocatable"
+
+
+def test_operator_mode_explains_a_node_layer_the_operator_owns_with_its_objects():
+    cluster = operator_cluster(pods=(operator_pod("nvidia-container-toolkit-daemonset", "Running",
+                                                  {"waiting": {"reason": "CrashLoopBackOff"}}),))
+    report = doctor.check_cluster(operator_report(broken="toolkit"), "gpu1", cluster)
+    assert report["broken"]["layer"] == "toolkit" and report["broken"]["cause"] == (
+        "the GPU Operator's toolkit is not on the node; the GPU Operator's objects say: the GPU Operator's "
+        "nvidia-container-toolkit-daemonset pod nvidia-container-toolkit-daemonset-x1 on the node is Running (CrashLoopBackOff)")
+    assert report["broken"]["fix"] == "kubectl -n gpu-operator logs nvidia-container-toolkit-daemonset-x1 --all-containers"
+
+
+def test_the_operators_device_plugin_serves_the_device_plugin_layer_but_its_validator_does_not():
+    cluster = {"classes": CLASSES, "nodes": [cluster_node(capacity="2", allocatable="0")], "policies": [POLICY],
+               "pods": [VALIDATOR_OK, OPERATOR_PLUGIN]}
+    assert doctor.check_cluster(operator_report(), "gpu1", cluster)["broken"]["layer"] == "allocatable"
+    cluster["pods"] = [VALIDATOR_OK, operator_pod("nvidia-device-plugin-validator")]
+    assert doctor.check_cluster(operator_report(), "gpu1", cluster)["broken"]["layer"] == "device-plugin"
+
+
+def test_the_pod_layer_keeps_to_the_runtimeclasses_named():
+    assert doctor.pod_pairs([checked_report()], {}, {"classes": CLASSES}, ["nvidia-cdi"]) == [["gpu1", "nvidia-cdi"]]

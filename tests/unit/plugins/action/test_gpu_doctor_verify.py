@@ -1,0 +1,144 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The doctor's and verify's actions on the controller: the doctor's report (lines, JSON file, failure), its pod
+layer's choice and merge, a bad argument refused by name; verify's wait on pods read through kubernetes.core.k8s_info
+(a recorded sequence of API answers stands in for the API server; the real one runs in tests/cluster)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from unittest import mock
+
+import pytest
+from ansible.errors import AnsibleActionFail
+
+from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_doctor
+from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_verify
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _doctor as doctor
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
+
+CLASSES = [{"metadata": {"name": name}, "handler": name} for name in ("nvidia", "nvidia-cdi")]
+NODE = {"metadata": {"name": "gpu1", "labels": {"nvidia.com/gpu.present": "true"}},
+        "status": {"capacity": {"nvidia.com/gpu": "2"}, "allocatable": {"nvidia.com/gpu": "2"}}}
+
+
+def make(module, args):
+    task = mock.MagicMock()
+    task.args = dict(args)
+    task.async_val = 0
+    task.check_mode = False
+    connection = mock.MagicMock()
+    connection._shell.tmpdir = "/tmp/remote"
+    templar = mock.MagicMock()
+    templar.template.side_effect = lambda value: value
+    return module.ActionModule(task, connection, mock.MagicMock(), mock.MagicMock(), templar, mock.MagicMock())
+
+
+def node_result(broken=None):
+    passed = [{"layer": layer, "detail": "fine"} for layer in doctor.NODE_LAYERS]
+    if broken:
+        passed = passed[:doctor.NODE_LAYERS.index(broken)]
+    return {"doctor": {"host": "gpu1", "gpu_node": True, "passed": passed, "handlers": ["nvidia", "nvidia-cdi"],
+                       "labels": ["nvidia.com/gpu.present=true"], "cluster_checked": False,
+                       "broken": {"layer": broken, "cause": "it broke", "fix": "mend it"} if broken else None}}
+
+
+def doctor_run(tmp_path, **args):
+    args.setdefault("report_path", str(tmp_path / "report.json"))
+    return make(gpu_doctor, args).run(task_vars={})
+
+
+def test_a_healthy_node_is_ok_and_the_report_is_written_for_its_owner_only(tmp_path):
+    result = doctor_run(tmp_path, results={"gpu1": node_result(), "cpu1": {}}, cluster={"classes": CLASSES, "nodes": [NODE]})
+    assert result["lines"] == ["gpu1: OK"] and not result.get("failed") and result["broken"] == []
+    document = json.loads((tmp_path / "report.json").read_text())
+    assert [n["status"] for n in document["nodes"]] == ["OK"] and document["layers"] == list(doctor.LAYERS)
+    assert stat.S_IMODE(os.stat(tmp_path / "report.json").st_mode) == 0o600
+
+
+def test_a_broken_node_fails_the_task_unless_fail_is_false(tmp_path):
+    result = doctor_run(tmp_path, results={"gpu1": node_result("cdi")}, cluster_why="doctor_cluster is false")
+    assert result["failed"] and result["lines"] == ["gpu1: BROKEN at cdi: it broke. Fix: mend it"]
+    assert not doctor_run(tmp_path, results={"gpu1": node_result("cdi")}, fail=False).get("failed")
+
+
+def test_an_unreachable_host_is_broken_at_its_first_layer(tmp_path):
+    result = doctor_run(tmp_path, results={"gpu1": {"unreachable": True, "msg": "ssh: timed out"}}, fail=False)
+    assert result["lines"] == ["gpu1: BROKEN at gpu: the node could not be read, nothing was checked: unreachable. Fix: "
+                               "mend what the message names (reachability, gpu_node_* variables), then run the doctor again"]
+
+
+def test_the_pod_layer_is_chosen_then_merged(tmp_path):
+    cluster = {"classes": CLASSES, "nodes": [NODE]}
+    chosen = doctor_run(tmp_path, phase="choose", results={"gpu1": node_result()}, cluster=cluster, namespace="ns")
+    assert chosen["pairs"] == [["gpu1", "nvidia"], ["gpu1", "nvidia-cdi"]]
+    assert [p["metadata"]["namespace"] for p in chosen["pods"]] == ["ns", "ns"]
+    assert not (tmp_path / "report.json").exists()  # choosing writes nothing
+    pods = chosen["pods"]
+    for pod, phase, code in ((pods[0], "Succeeded", 0), (pods[1], "Failed", 14)):
+        pod["spec"]["nodeName"] = "gpu1"
+        pod["status"] = {"phase": phase, "containerStatuses": [{"state": {"terminated": {"exitCode": code}}}]}
+    logs = [{"item": pods[0], "log_lines": ["GPU 0: NVIDIA H200 (UUID: GPU-1)"]},
+            {"item": pods[1], "log_lines": ["%s nvidia-smi -L failed" % verify.MARK]}]
+    result = doctor_run(tmp_path, results={"gpu1": node_result()}, cluster=cluster, pods=pods, logs=logs, fail=False)
+    assert result["lines"][0].startswith("gpu1: BROKEN at pod: the pod with RuntimeClass nvidia-cdi and nvidia.com/gpu: 1 "
+                                         "did not get its GPU (the driver layer, as the pod shows it): nvidia-smi -L failed")
+
+
+def test_a_bad_phase_is_refused_by_name(tmp_path):
+    with pytest.raises(AnsibleActionFail, match="value of phase must be one of: choose, report, got: bogus"):
+        doctor_run(tmp_path, phase="bogus", results={})
+
+
+def test_a_report_path_that_cannot_be_written_is_named(tmp_path):
+    with pytest.raises(AnsibleActionFail, match="doctor_report_path %s: cannot write the report" % (tmp_path / "no" / "r.json")):
+        doctor_run(tmp_path, results={"gpu1": node_result()}, report_path=str(tmp_path / "no" / "r.json"))
+
+
+# ------------------------------------------------------------------ verify's wait
+def smoke(phase, state):
+    pod = verify.smoke_pods({"pairs": [["gpu1", "nvidia"]]}, "k3s-gpu-verify", "busybox")[0]
+    pod["spec"]["nodeName"] = "gpu1"
+    pod["status"] = {"phase": phase, "containerStatuses": [{"state": state}]}
+    return pod
+
+
+def wait_on(answers, timeout=60):
+    """Runs the wait phase against `answers`: one list of pods per poll (the events are empty); returns (result, reads)."""
+    action = make(gpu_verify, {"phase": "wait", "namespace": "k3s-gpu-verify", "expected": 1, "timeout": timeout})
+    reads = []
+
+    def execute(module_name, module_args, task_vars):
+        reads.append((module_name, module_args["kind"], module_args.get("label_selectors")))
+        if module_args["kind"] == "Event":
+            return {"resources": []}
+        return {"resources": answers[min(len([r for r in reads if r[1] == "Pod"]) - 1, len(answers) - 1)]}
+
+    action._execute_module = execute
+    with mock.patch.object(gpu_verify.time, "sleep"):
+        return action.run(task_vars={}), reads
+
+
+def test_the_wait_polls_until_every_pod_has_ended():
+    result, reads = wait_on([[smoke("Pending", {"waiting": {"reason": "ContainerCreating"}})],
+                             [smoke("Running", {"running": {}})], [smoke("Succeeded", {"terminated": {"exitCode": 0}})]])
+    assert [p["status"]["phase"] for p in result["pods"]] == ["Succeeded"]
+    assert [r for r in reads if r[1] == "Pod"] == [("kubernetes.core.k8s_info", "Pod", [verify.LABEL_SELECTOR])] * 3
+
+
+def test_the_wait_ends_at_its_timeout_with_what_it_saw():
+    with mock.patch.object(gpu_verify.time, "monotonic", side_effect=[0, 0, 5, 11, 11]):
+        result, _reads = wait_on([[smoke("Pending", {"waiting": {"reason": "ContainerCreating"}})]], timeout=10)
+    assert [p["status"]["phase"] for p in result["pods"]] == ["Pending"] and result["waited_seconds"] == 11
+
+
+def test_a_failed_read_is_the_tasks_failure():
+    action = make(gpu_verify, {"phase": "wait", "namespace": "k3s-gpu-verify", "expected": 1})
+    action._execute_module = lambda module_name, module_args, task_vars: {"failed": True, "msg": "Unauthorized"}
+    with pytest.raises(AnsibleActionFail, match="reading the Pods of the smoke test failed: Unauthorized"):
+        action.run(task_vars={})
