@@ -584,13 +584,15 @@ LAB_TOOLKIT = "1.20.0-1"  # the gpu_node role's pin, and the version the lab bui
 
 def node_gpu_files(node, gpus):
     """What the collection reads of a GPU node in the node's tree (its reading, not the containers): GPUs on the PCI bus,
-    the driver loaded with its device nodes and /dev/char links, the toolkit's package record, a CDI spec for the
-    driver. The devices the containers get are the lab's own (fake_devices)."""
+    the driver loaded with its device nodes and /dev/char links, the toolkit's package record and its
+    nvidia-cdi-refresh.path enabled (as the role leaves it), a CDI spec for the driver. The devices the containers get
+    are the lab's own (fake_devices)."""
     files = {"/proc/driver/nvidia/version": "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  %s  Release Build "
                                             "(k3s_gpu.nvidia lab: a test double)\n" % LAB_DRIVER,
              "/dev/nvidiactl": "",
              "/var/lib/dpkg/status": "Package: nvidia-container-toolkit-base\nStatus: install ok installed\nVersion: %s\n"
-                                     % LAB_TOOLKIT}
+                                     % LAB_TOOLKIT,
+             "/lib/systemd/system/nvidia-cdi-refresh.path": "[Path]\nPathChanged=/usr/bin/nvidia-ctk\n"}
     devices = []
     for index in range(gpus):
         files["/dev/nvidia%d" % index] = ""
@@ -604,6 +606,9 @@ def node_gpu_files(node, gpus):
         os.makedirs(os.path.dirname(node + node_path), exist_ok=True)
         with open(node + node_path, "w", encoding="utf-8") as handle:
             handle.write(text)
+    wants = node + "/etc/systemd/system/multi-user.target.wants"
+    os.makedirs(wants, exist_ok=True)
+    os.symlink("/lib/systemd/system/nvidia-cdi-refresh.path", wants + "/nvidia-cdi-refresh.path")
     os.makedirs(node + "/dev/char", exist_ok=True)
     for minor, name in [(255, "nvidiactl")] + [(index, "nvidia%d" % index) for index in range(gpus)]:
         os.symlink("../" + name, node + "/dev/char/%d:%d" % (NVIDIA_MAJOR, minor))
@@ -795,6 +800,93 @@ def restart_containerd(state, edit=None):
     ctr_version = [state["binaries"]["ctr"], "-a", state["containerd_socket"], "version"]
     wait_for("its socket", lambda: subprocess.run(ctr_version, capture_output=True, check=False).returncode == 0,
              state, "containerd", 30)
+
+
+# ------------------------------------------------------------------ the device plugin as a pod
+# `up` runs the test double as a host process; a case that needs the plugin's pod on the node (the doctor tells a
+# plugin that stopped from one whose devices are all unhealthy by its running pod) moves it into a pod and back.
+DEVICE_PLUGIN_POD = "nvidia-device-plugin-lab"
+DEVICE_PLUGIN_NAMESPACE = "kube-system"
+DEVICE_PLUGIN_MOUNT = "/opt/k3s-gpu-testdouble"  # the test double's (static) binary dir, inside the pod
+
+
+def device_plugin_pod_manifest(state):
+    """The test double as NVIDIA's DaemonSet would place it: pinned to the node, tolerating nvidia.com/gpu, kubelet's
+    device-plugins dir and the binary's dir as hostPath volumes, in the lab's busybox image (its shell for exec)."""
+    binary = state["binaries"]["device_plugin"]
+    command = [DEVICE_PLUGIN_MOUNT + "/" + os.path.basename(binary), "--device-plugin-dir", DEVICE_PLUGIN_DIR,
+               "--gpus", str(state["gpus"]), "--strategy", state["strategy"]]
+    container = {"name": "device-plugin", "image": state["images"]["busybox"], "imagePullPolicy": "Never",
+                 "command": command,
+                 "volumeMounts": [{"name": "device-plugins", "mountPath": DEVICE_PLUGIN_DIR},
+                                  {"name": "testdouble", "mountPath": DEVICE_PLUGIN_MOUNT, "readOnly": True}]}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": DEVICE_PLUGIN_POD, "namespace": DEVICE_PLUGIN_NAMESPACE,
+                         "labels": {"app.kubernetes.io/name": "nvidia-device-plugin",
+                                    "app.kubernetes.io/managed-by": "k3s-gpu-cluster-lab"}},
+            "spec": {"nodeName": NODE_NAME, "restartPolicy": "Always", "automountServiceAccountToken": False,
+                     "terminationGracePeriodSeconds": 5,
+                     "tolerations": [{"key": CDI_KIND, "operator": "Exists", "effect": "NoSchedule"}],
+                     "containers": [container],
+                     "volumes": [{"name": "device-plugins", "hostPath": {"path": DEVICE_PLUGIN_DIR, "type": "Directory"}},
+                                 {"name": "testdouble",
+                                  "hostPath": {"path": os.path.dirname(binary), "type": "Directory"}}]}}
+
+
+def device_plugin_pod(state):
+    """The plugin's pod as the API server has it, or None."""
+    out = kubectl(state, "get", "pod", DEVICE_PLUGIN_POD, "-n", DEVICE_PLUGIN_NAMESPACE, "-o", "json",
+                  "--ignore-not-found")
+    return json.loads(out) if out.strip() else None
+
+
+def _pod_running(pod):
+    status = (pod or {}).get("status") or {}
+    statuses = status.get("containerStatuses") or []
+    return status.get("phase") == "Running" and bool(statuses) and all("running" in s.get("state", {}) for s in statuses)
+
+
+def device_plugin_to_pod(state, timeout=90):
+    """Stop the host-process plugin and run the same test double as a pod on the node; returns the Running pod.
+    `device_plugin_to_host` undoes it (`down` also removes it: its sandbox through CRI, its socket by name)."""
+    stop_process(state, "device-plugin")
+    kubectl(state, "apply", "-f", "-", stdin=json.dumps(device_plugin_pod_manifest(state)))
+    state["device_plugin_pod"] = "%s/%s" % (DEVICE_PLUGIN_NAMESPACE, DEVICE_PLUGIN_POD)
+    write_state(state)
+    deadline = time.monotonic() + timeout
+    pod = None
+    while time.monotonic() < deadline:
+        pod = device_plugin_pod(state)
+        if _pod_running(pod):
+            return pod
+        time.sleep(0.5)
+    logs = kubectl(state, "logs", "-n", DEVICE_PLUGIN_NAMESPACE, DEVICE_PLUGIN_POD, check=False)
+    raise LabError("the device plugin's pod %s is not Running in %d s: %s\nlog:\n%s"
+                   % (DEVICE_PLUGIN_POD, timeout, json.dumps((pod or {}).get("status"))[:2000], logs[-2000:]))
+
+
+def signal_device_plugin_pod(state, sig):
+    """Send sig to the plugin in its pod (its container's init process), through containerd's task API: SIGUSR1
+    marks every device Unhealthy, SIGUSR2 Healthy again."""
+    pod = device_plugin_pod(state)
+    if not _pod_running(pod):
+        raise LabError("the device plugin's pod %s is not running: %s" % (DEVICE_PLUGIN_POD, json.dumps((pod or {}).get("status"))[:2000]))
+    container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    proc = subprocess.run([state["binaries"]["ctr"], "-a", state["containerd_socket"], "-n", "k8s.io", "tasks", "kill",
+                           "--signal", signal.Signals(sig).name, container_id],
+                          capture_output=True, text=True, timeout=30, check=False)
+    if proc.returncode != 0:
+        raise LabError("ctr tasks kill --signal %s %s failed: %s" % (signal.Signals(sig).name, container_id, proc.stderr.strip()))
+
+
+def device_plugin_to_host(state):
+    """Delete the plugin's pod (its plugin removes its socket on SIGTERM) and start the host-process plugin again."""
+    kubectl(state, "delete", "pod", DEVICE_PLUGIN_POD, "-n", DEVICE_PLUGIN_NAMESPACE, "--ignore-not-found",
+            "--wait=true", "--timeout=60s")
+    state.pop("device_plugin_pod", None)
+    if not _alive(state["processes"].get("device-plugin")):
+        start_again(state, "device-plugin")
+    write_state(state)
 
 
 def kubelet_config(state, minor):
@@ -1023,6 +1115,9 @@ def status():
     rc = 0
     for name, record in sorted(state["processes"].items()):
         alive = _alive(record)
+        if name == "device-plugin" and not alive and state.get("device_plugin_pod"):
+            log("%-24s %-8s pod %s (device_plugin_to_pod)" % (name, "in a pod", state["device_plugin_pod"]))
+            continue
         rc |= 0 if alive else 1
         log("%-24s %-8s pid %d  log %s" % (name, "running" if alive else "STOPPED", record["pid"], record["log"]))
     log("KUBECONFIG=%s" % path("kubeconfig"))

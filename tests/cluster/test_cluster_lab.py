@@ -23,9 +23,11 @@ report (tests/output/cluster-lab-<line>-<strategy>.json).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 
@@ -453,10 +455,11 @@ def test_verify_names_cdi_when_the_spec_is_missing(cluster):
 
 
 # ------------------------------------------------------------------ k3s_gpu.nvidia.doctor against the lab
-def run_doctor(cluster, case, tmp_path):
+def run_doctor(cluster, case, tmp_path, **extra):
     """The doctor playbook on the lab's inventory (its node tree and kubeconfig); (rc, the node's report)."""
     report_path = str(tmp_path / "doctor.json")
-    rc, output = clusterlab.run_playbook("doctor", "-e", json.dumps({"doctor_report_path": report_path}), check=False)
+    extra = dict(extra, doctor_report_path=report_path)
+    rc, output = clusterlab.run_playbook("doctor", "-e", json.dumps(extra), check=False)
     with open(report_path, encoding="utf-8") as handle:
         node = json.load(handle)["nodes"][0]
     line = next((text for text in re.findall(r'"(lab-node: [^"]*)"', output)), "")
@@ -473,6 +476,40 @@ def test_doctor_passes_every_layer_on_the_good_lab(cluster, tmp_path):
              "allocatable"]
     assert [p["layer"] for p in node["passed"]] == every
     assert node["passed"][-1]["detail"].startswith("allocatable nvidia.com/gpu %d" % GPUS)
+
+
+def pod_layer(cluster):
+    """The variables of the doctor's pod layer in the lab: its pods run the lab's busybox image, with the classes verify
+    tests here (the legacy runtime needs a real driver's libnvidia-container)."""
+    return {"doctor_run_pod": True, "k3s_gpu_verify_image": cluster.busybox, "k3s_gpu_verify_timeout_seconds": 120,
+            "k3s_gpu_verify_runtimeclasses": list(VERIFY_CLASSES)}
+
+
+def test_doctor_runs_a_gpu_pod_per_handler_on_the_good_lab(cluster, tmp_path):
+    rc, node, output = run_doctor(cluster, "good lab, pod layer", tmp_path, **pod_layer(cluster))
+    assert rc == 0 and node["status"] == "OK", output[-4000:]
+    assert [p["layer"] for p in node["passed"]][-2:] == ["allocatable", "pod"], node["passed"]
+    detail = node["passed"][-1]["detail"]
+    for handler in VERIFY_CLASSES:
+        assert re.search(r"(^|; )%s: GPU [0-9]: NVIDIA Lab Test Double" % re.escape(handler), detail), detail
+    assert "k3s-gpu-doctor" not in cluster.kubectl("get", "namespaces", "-o", "name").stdout  # deleted again
+
+
+def test_doctor_names_the_pod_layer_when_only_a_pod_shows_the_break(cluster, tmp_path):
+    """The node's tree still holds its CDI spec (the node layers pass), but the spec containerd and the runtime read
+    is gone: only a pod shows it, and the doctor says which layer the pod saw."""
+    spec = os.path.join(clusterlab.LAB_DIR, "cdi", clusterlab.CDI_SPEC_NAME)
+    away = os.path.join(clusterlab.LAB_DIR, clusterlab.CDI_SPEC_NAME + ".away")
+    os.replace(spec, away)
+    try:
+        rc, node, output = run_doctor(cluster, "CDI spec gone from the containers' view, pod layer", tmp_path,
+                                      **pod_layer(cluster))
+        assert rc != 0 and node["broken_layer"] == "pod", output[-4000:]
+        assert re.search(r"the pod with RuntimeClass nvidia(-[a-z]+)? and nvidia.com/gpu: 1 did not get its GPU \(the cdi layer",
+                         node["broken"]["cause"]), node["broken"]
+        assert [p["layer"] for p in node["passed"]][-1] == "allocatable"
+    finally:
+        os.replace(away, spec)
 
 
 def test_doctor_names_the_runtimeclass_when_one_is_missing(cluster, tmp_path):
@@ -500,3 +537,37 @@ def test_doctor_names_the_device_plugin_when_it_stopped(cluster, tmp_path):
     finally:
         clusterlab.start_again(state, "device-plugin")
         wait_for_gpus(cluster, str(GPUS))
+
+
+def gpu_counts(cluster):
+    """(capacity, allocatable) nvidia.com/gpu of the lab node."""
+    status = cluster.get("node", clusterlab.NODE_NAME)["status"]
+    return (status.get("capacity", {}).get("nvidia.com/gpu"), status.get("allocatable", {}).get("nvidia.com/gpu"))
+
+
+def test_doctor_names_allocatable_when_the_plugin_reports_every_device_unhealthy(cluster, tmp_path):
+    """The plugin's pod runs on the node and reports every device Unhealthy (SIGUSR1 to the test double): capacity
+    stays, allocatable is 0. The doctor passes the device-plugin layer (its pod runs) and names allocatable."""
+    state = clusterlab.read_state()
+    plugin_pod = clusterlab.device_plugin_to_pod(state)
+    try:
+        wait_for_gpus(cluster, str(GPUS))
+        clusterlab.signal_device_plugin_pod(state, signal.SIGUSR1)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and gpu_counts(cluster) != (str(GPUS), "0"):
+            time.sleep(0.5)
+        assert gpu_counts(cluster) == (str(GPUS), "0")
+        rc, node, output = run_doctor(cluster, "device plugin pod, every device unhealthy", tmp_path)
+        assert rc != 0 and node["status"] == "BROKEN" and node["broken_layer"] == "allocatable", output[-4000:]
+        assert "allocatable nvidia.com/gpu is 0 (capacity %d)" % GPUS in node["broken"]["cause"], node["broken"]
+        every = ["gpu", "driver", "toolkit", "cdi", "containerd-config", "runtime-service", "runtimeclass", "device-plugin"]
+        assert [p["layer"] for p in node["passed"]] == every, node["passed"]
+        assert plugin_pod["metadata"]["name"] in node["passed"][-1]["detail"], node["passed"][-1]
+        lines = [line for line in re.findall(r'"(lab-node: [^"]*)"', output) if not line.startswith("lab-node: passed ")]
+        assert lines and all(line.startswith("lab-node: BROKEN at allocatable: ") for line in lines), lines
+    finally:
+        with contextlib.suppress(clusterlab.LabError):
+            clusterlab.signal_device_plugin_pod(state, signal.SIGUSR2)
+        clusterlab.device_plugin_to_host(state)
+        wait_for_gpus(cluster, str(GPUS))
+        assert gpu_counts(cluster) == (str(GPUS), str(GPUS))

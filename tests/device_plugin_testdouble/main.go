@@ -12,6 +12,9 @@
 //	cdi-cri  CDI device names nvidia.com/gpu=<id> in the CRI request: containerd injects them
 //
 // The devices behind the IDs are the lab's fake character devices, named by the lab's CDI spec.
+//
+// Signals: SIGUSR1 marks every device Unhealthy and SIGUSR2 Healthy again (kubelet gets a ListAndWatch update and
+// the node's allocatable follows, its capacity stays), as NVIDIA's plugin does on XID errors; SIGTERM/SIGINT stop it.
 package main
 
 import (
@@ -25,6 +28,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -44,12 +48,38 @@ type plugin struct {
 	strategy string
 	resource string
 	stop     chan struct{}
+
+	mu        sync.Mutex
+	unhealthy bool          // every device reported Unhealthy (SIGUSR1), Healthy again on SIGUSR2
+	changed   chan struct{} // closed (and replaced) when the health changes: each ListAndWatch sends again
 }
 
-func (p *plugin) devices() []*api.Device {
+// health returns the devices' health and the channel that is closed on its next change.
+func (p *plugin) health() (string, chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.unhealthy {
+		return api.Unhealthy, p.changed
+	}
+	return api.Healthy, p.changed
+}
+
+// setHealth marks every device Unhealthy (or Healthy) and wakes every ListAndWatch stream.
+func (p *plugin) setHealth(unhealthy bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.unhealthy == unhealthy {
+		return
+	}
+	p.unhealthy = unhealthy
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+func (p *plugin) devices(health string) []*api.Device {
 	devices := make([]*api.Device, 0, p.gpus)
 	for i := 0; i < p.gpus; i++ {
-		devices = append(devices, &api.Device{ID: strconv.Itoa(i), Health: api.Healthy})
+		devices = append(devices, &api.Device{ID: strconv.Itoa(i), Health: health})
 	}
 	return devices
 }
@@ -59,15 +89,20 @@ func (p *plugin) GetDevicePluginOptions(context.Context, *api.Empty) (*api.Devic
 }
 
 func (p *plugin) ListAndWatch(_ *api.Empty, stream grpc.ServerStreamingServer[api.ListAndWatchResponse]) error {
-	log.Printf("ListAndWatch: advertising %d %s device(s)", p.gpus, p.resource)
-	if err := stream.Send(&api.ListAndWatchResponse{Devices: p.devices()}); err != nil {
-		return err
+	for {
+		health, changed := p.health()
+		log.Printf("ListAndWatch: advertising %d %s device(s), %s", p.gpus, p.resource, health)
+		if err := stream.Send(&api.ListAndWatchResponse{Devices: p.devices(health)}); err != nil {
+			return err
+		}
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-p.stop:
+			return nil
+		case <-changed:
+		}
 	}
-	select {
-	case <-stream.Context().Done():
-	case <-p.stop:
-	}
-	return nil
 }
 
 func (p *plugin) Allocate(_ context.Context, request *api.AllocateRequest) (*api.AllocateResponse, error) {
@@ -132,7 +167,7 @@ func main() {
 	if err != nil {
 		log.Fatalf("listen on %s: %v", socket, err)
 	}
-	p := &plugin{gpus: *gpus, strategy: *strategy, resource: *resource, stop: make(chan struct{})}
+	p := &plugin{gpus: *gpus, strategy: *strategy, resource: *resource, stop: make(chan struct{}), changed: make(chan struct{})}
 	server := grpc.NewServer()
 	api.RegisterDevicePluginServer(server, p)
 	go func() {
@@ -145,9 +180,16 @@ func main() {
 		log.Fatalf("register with kubelet at %s: %v", kubeletSocket, err)
 	}
 	log.Printf("registered %s with kubelet (%s), %d device(s), strategy %s, socket %s", *resource, kubeletSocket, *gpus, *strategy, socket)
-	signals := make(chan os.Signal, 1)
-	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
-	<-signals
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2)
+	for sig := range signals {
+		if sig == syscall.SIGUSR1 || sig == syscall.SIGUSR2 {
+			p.setHealth(sig == syscall.SIGUSR1)
+			log.Printf("%v: every device %s", sig, map[bool]string{true: api.Unhealthy, false: api.Healthy}[sig == syscall.SIGUSR1])
+			continue
+		}
+		break
+	}
 	close(p.stop)
 	server.Stop()
 	_ = os.Remove(socket)
