@@ -14,6 +14,8 @@ import base64
 
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
+
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_step as cluster_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
@@ -24,15 +26,15 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as v
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("phase", "cluster", "objects", "hosts", "pattern_hosts", "servers", "servers_pattern"))
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
-        args = self._task.args
+        args = self.validate_argument_spec(argument_spec=specs.GPU_CLUSTER_SPEC,
+                                           required_if=specs.GPU_CLUSTER_REQUIRED_IF)[1]
         self._hostvars = task_vars["hostvars"]
+        phase = args["phase"]
         try:
-            phase = args.get("phase", "apply")
             if phase == "plan":
                 return self._plan(result, args, task_vars)
             if phase == "read":
@@ -44,7 +46,7 @@ class ActionModule(ActionBase):
             result.update(failed=True, changed=False, msg="%s. Nothing was changed." % str(exc).rstrip("."))
             return result
         finally:
-            if args.get("phase", "apply") != "plan":
+            if phase != "plan":
                 self._remove_tmp_path(self._connection._shell.tmpdir)
 
     def _vars(self, host):
@@ -55,11 +57,10 @@ class ActionModule(ActionBase):
 
     def _plan(self, result, args, task_vars):
         cluster_step.read_settings(task_vars)  # refused here, before any host is touched
-        run_hosts = list(args.get("hosts") or [])
+        run_hosts = list(args["hosts"])
         active = set(task_vars.get("ansible_play_hosts") or run_hosts)
         found = cluster_step.clusters(self._cluster_of, run_hosts, [h for h in run_hosts if h in active],
-                                      list(args.get("pattern_hosts") or []), list(args.get("servers") or []),
-                                      args.get("servers_pattern") or "server")
+                                      list(args["pattern_hosts"]), list(args["servers"]), args["servers_pattern"] or "server")
         partial = " (partial run: nothing removed)"
         result.update(changed=False, clusters=found, hosts=cluster_step.assignments(found, run_hosts),
                       msg=["cluster %s: written from %s%s" % (c["name"], c["writer"], "" if c["complete"] else partial)
@@ -99,7 +100,7 @@ class ActionModule(ActionBase):
 
     def _apply(self, result, args, task_vars):
         cluster = args["cluster"]
-        objects = [o for o in (args.get("objects") or cluster_step.OBJECTS) if o in cluster_step.OBJECTS]
+        objects = list(args["objects"])
         writer = cluster["writer"]
         writer_vars = self._vars(writer)
         template = self._templar.template

@@ -15,12 +15,12 @@ import base64
 import time
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _gpu_operator as gpu_operator
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _doctor as doctor
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
@@ -66,13 +66,13 @@ def _reading_failed(result, host, reading, ending):
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("phase", "node_facts", "plan", "fail"))
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
-        args = self._task.args
-        phase = args.get("phase", "plan")
+        args = self.validate_argument_spec(argument_spec=specs.GPU_NODE_HOST_SPEC,
+                                           required_if=specs.GPU_NODE_HOST_REQUIRED_IF)[1]
+        phase = args["phase"]
         self._host = task_vars.get("inventory_hostname", "")
         try:
             # every variable of the role in the plan phase: the site playbook imports the role without Ansible's own
@@ -98,7 +98,7 @@ class ActionModule(ActionBase):
             if phase == "restart":
                 return self._restart(result, settings, task_vars, execute_module)
             if phase == "upgrade_check":
-                return self._upgrade_check(result, settings, boolean(args.get("fail", True), strict=False), execute_module)
+                return self._upgrade_check(result, settings, args["fail"], execute_module)
             if phase == "doctor":
                 return self._doctor(result, settings, task_vars, execute_module)
             result["reboot_required"] = bool(self._templar.template(task_vars.get("gpu_node_reboot_required", False)))

@@ -77,3 +77,25 @@ NODE_FILE_SPEC = dict(
 )
 
 NODE_FILES_SPEC = dict(files=dict(type="list", elements="dict", required=True, options=NODE_FILE_SPEC))
+
+# The controller's actions (plugins/action): each module file documents the action with this spec, and the action
+# validates its arguments with it, so that a bad value is refused by name before anything runs.
+GPU_NODE_HOST_SPEC = dict(
+    phase=dict(type="str", default="plan", choices=["plan", "reread", "configure", "restart", "upgrade_check", "doctor"]),
+    node_facts=dict(type="dict"),
+    plan=dict(type="dict"),
+    fail=dict(type="bool", default=True),
+)
+GPU_NODE_HOST_REQUIRED_IF = [("phase", "reread", ("node_facts", "plan")), ("phase", "configure", ("node_facts", "plan"))]
+
+CLUSTER_OBJECTS = ["gpu_operator", "runtimeclasses", "device_plugin"]
+GPU_CLUSTER_SPEC = dict(
+    phase=dict(type="str", default="apply", choices=["plan", "read", "apply", "inspect"]),
+    hosts=dict(type="list", elements="str", default=[]),
+    pattern_hosts=dict(type="list", elements="str", default=[]),
+    servers=dict(type="list", elements="str", default=[]),
+    servers_pattern=dict(type="str", default="server"),
+    cluster=dict(type="dict"),
+    objects=dict(type="list", elements="str", choices=CLUSTER_OBJECTS, default=list(CLUSTER_OBJECTS)),
+)
+GPU_CLUSTER_REQUIRED_IF = [("phase", "apply", ("cluster",)), ("phase", "inspect", ("cluster",))]

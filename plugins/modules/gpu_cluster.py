@@ -38,19 +38,23 @@ options:
     description: V(plan) - the GPU hosts of this run (the play's hosts, within C(--limit)).
     type: list
     elements: str
+    default: []
   pattern_hosts:
     description: V(plan) - every host of C(k3s_gpu_nodes) in the inventory, C(--limit) aside.
     type: list
     elements: str
+    default: []
   servers:
     description: V(plan) - every host of C(k3s_gpu_servers) in the inventory, in inventory order.
     type: list
     elements: str
+    default: []
   servers_pattern:
     description: V(plan) - the C(k3s_gpu_servers) pattern, for messages.
     type: str
+    default: server
   cluster:
-    description: V(apply) - one entry of the V(plan) phase's RV(clusters).
+    description: V(apply), V(inspect) - one entry of the V(plan) phase's RV(clusters) (required there).
     type: dict
   objects:
     description: V(apply) - what this run writes.
@@ -116,16 +120,11 @@ chart_archives:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_CLUSTER_REQUIRED_IF, GPU_CLUSTER_SPEC
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(
-        phase=dict(type="str", default="apply", choices=["plan", "read", "apply", "inspect"]), hosts=dict(type="list", elements="str"),
-        pattern_hosts=dict(type="list", elements="str"), servers=dict(type="list", elements="str"),
-        servers_pattern=dict(type="str"), cluster=dict(type="dict"),
-        objects=dict(type="list", elements="str", choices=["gpu_operator", "runtimeclasses", "device_plugin"],
-                     default=["gpu_operator", "runtimeclasses", "device_plugin"])),
-        supports_check_mode=True)
+    module = AnsibleModule(argument_spec=GPU_CLUSTER_SPEC, required_if=GPU_CLUSTER_REQUIRED_IF, supports_check_mode=True)
     module.fail_json(msg="k3s_gpu.nvidia.gpu_cluster runs through its action plugin, inside the collection's playbooks")
 
 

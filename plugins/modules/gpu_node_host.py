@@ -45,10 +45,10 @@ options:
     type: bool
     default: true
   node_facts:
-    description: The reading of the earlier phase (O(phase=reread), O(phase=configure)).
+    description: The reading of the earlier phase (required with O(phase=reread) and O(phase=configure)).
     type: dict
   plan:
-    description: The decision of the V(plan) phase (O(phase=reread), O(phase=configure)).
+    description: The decision of the V(plan) phase (required with O(phase=reread) and O(phase=configure)).
     type: dict
 seealso:
   - module: k3s_gpu.nvidia.containerd_runtimes
@@ -82,12 +82,11 @@ doctor:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_NODE_HOST_REQUIRED_IF, GPU_NODE_HOST_SPEC
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(
-        phase=dict(type="str", default="plan", choices=["plan", "reread", "configure", "restart", "upgrade_check", "doctor"]),
-        node_facts=dict(type="dict"), plan=dict(type="dict"), fail=dict(type="bool", default=True)), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=GPU_NODE_HOST_SPEC, required_if=GPU_NODE_HOST_REQUIRED_IF, supports_check_mode=True)
     module.fail_json(msg="k3s_gpu.nvidia.gpu_node_host runs through its action plugin, inside the role k3s_gpu.nvidia.gpu_node")
 
 

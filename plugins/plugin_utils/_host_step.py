@@ -232,7 +232,10 @@ def plan_absent(info, settings, host):
 
 
 def failed(result, msg):
-    """A refusal as the role reports it: one message, cause and fix first (a warning that says the same is dropped)."""
+    """A refusal as the role reports it: one message, cause and fix first (a warning that says the same is dropped),
+    and none of the step's internal state (the reading, the plan: the keys that start with an underscore)."""
+    for key in [k for k in result if k.startswith("_")]:
+        del result[key]
     result.update(failed=True, changed=False, msg=msg)
     warnings = [w for w in result.get("warnings") or [] if str(w).rstrip(".") not in msg]
     if warnings:

@@ -1,0 +1,121 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The role's host step (gpu_node_host) and the playbooks' cluster step (gpu_cluster) as actions, on sandbox nodes.
+
+The collection's own node-side modules (runtime_info, node_files) run in-process as Ansible would run them on the
+node, against the sandbox tree; nothing else is faked. Covered: a node configured then left alone, check mode, a
+refusal whose result holds the message and no internal state, and every argument refused by name."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from unittest import mock
+
+import pytest
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_cluster, gpu_node_host
+from ansible_collections.k3s_gpu.nvidia.plugins.modules import node_files, runtime_info
+
+RELEASE = "v1.31.6+k3s1"
+NODE_MODULES = {"k3s_gpu.nvidia.runtime_info": runtime_info, "k3s_gpu.nvidia.node_files": node_files}
+TEMPLATE = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
+
+
+def run_node_module(name, module_args, check_mode):
+    """A node-side module of the collection, run in this process as AnsiballZ runs it on the node."""
+    args = dict(module_args, _ansible_check_mode=check_mode, _ansible_diff=True)
+    out = io.StringIO()
+    with patch_module_args(args), contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        NODE_MODULES[name].main()
+    return json.loads(out.getvalue())
+
+
+def make(module, args, check_mode=False):
+    task = mock.MagicMock()
+    task.args = dict(args)
+    task.async_val = 0
+    task.check_mode = check_mode
+    task.diff = True
+    connection = mock.MagicMock()
+    connection._shell.tmpdir = "/tmp/remote"
+    templar = mock.MagicMock()
+    templar.template.side_effect = lambda value: value
+    action = module.ActionModule(task, connection, mock.MagicMock(), mock.MagicMock(), templar, mock.MagicMock())
+    action._remove_tmp_path = lambda path: None
+    action._execute_module = lambda module_name, module_args, task_vars: run_node_module(module_name, module_args, check_mode)
+    return action
+
+
+def host_step(sandbox, args=None, check_mode=False, **role_vars):
+    task_vars = dict({"inventory_hostname": "gpu1", "ansible_connection": "local", "gpu_node_root": sandbox.root,
+                      "gpu_node_release": RELEASE, "gpu_node_force": True, "gpu_node_toolkit_install": False}, **role_vars)
+    return make(gpu_node_host, args or {}, check_mode).run(task_vars=task_vars)
+
+
+def test_a_node_is_configured_once_then_left_as_it_is(sandbox):
+    sandbox.k3s("k3s", "package")
+    first = host_step(sandbox)
+    assert not first.get("failed"), first.get("msg")
+    assert first["changed"] and first["install_due"] is False and "nvidia-legacy" in first["handlers"]
+    assert sandbox.exists(TEMPLATE) or any(f["action"] == "created" for f in first["files"])
+    snapshot = sandbox.snapshot()
+    second = host_step(sandbox)
+    assert second["changed"] is False and sandbox.snapshot() == snapshot
+
+
+def test_check_mode_writes_nothing_and_says_what_it_would_write(sandbox):
+    sandbox.k3s("k3s", "package")
+    before = sandbox.snapshot()
+    result = host_step(sandbox, check_mode=True)
+    assert result["changed"] and result["files"] and sandbox.snapshot() == before
+
+
+def test_a_refusal_is_one_message_and_no_internal_state(sandbox):
+    sandbox.k3s("k3s", "package")
+    # a template k3s cannot parse: an {{ end }} without its {{ if }}
+    sandbox.write(TEMPLATE, '{{ template "base" . }}\n{{ end }}\n')
+    before = sandbox.snapshot()
+    result = host_step(sandbox)
+    assert result["failed"] and result["msg"].startswith("gpu1: ") and TEMPLATE in result["msg"], result
+    assert not [key for key in result if key.startswith("_")], sorted(result)
+    assert len(json.dumps(result, default=str)) < 4000
+    assert sandbox.snapshot() == before
+
+
+def test_a_role_variable_of_the_wrong_type_is_refused_by_its_name(sandbox):
+    sandbox.k3s("k3s", "package")
+    result = host_step(sandbox, gpu_node_force="maybe")
+    assert result["failed"] and "gpu_node_force" in result["msg"] and "Nothing was changed" in result["msg"]
+
+
+@pytest.mark.parametrize("module,args,words", [
+    (gpu_node_host, {"phase": "bogus"}, "value of phase must be one of: plan, reread, configure, restart, upgrade_check, doctor, got: bogus"),
+    (gpu_node_host, {"phase": "configure"}, "phase is configure but all of the following are missing: node_facts, plan"),
+    (gpu_node_host, {"phase": "plan", "fail": "perhaps"}, "fail"),
+    (gpu_node_host, {"phases": "plan"}, "Unsupported parameters"),
+    (gpu_cluster, {"phase": "bogus"}, "value of phase must be one of: plan, read, apply, inspect, got: bogus"),
+    (gpu_cluster, {"phase": "apply"}, "phase is apply but all of the following are missing: cluster"),
+    (gpu_cluster, {"phase": "plan", "objects": ["gpu_operator", "runtimeclass"]}, "value of objects must be one or more of"),
+])
+def test_every_argument_is_checked_before_anything_runs(module, args, words):
+    action = make(module, args)
+    action._execute_module = mock.MagicMock(side_effect=AssertionError("nothing may run"))
+    with pytest.raises(AnsibleActionFail, match=words.replace("(", r"\(").replace(")", r"\)")):
+        action.run(task_vars={"inventory_hostname": "gpu1", "hostvars": {}})
+
+
+def test_the_cluster_plan_names_the_writer_of_each_cluster():
+    hostvars = {"gpu1": {}, "gpu2": {"k3s_gpu_cluster": "east"}, "server1": {}, "server2": {"k3s_gpu_cluster": "east"}}
+    action = make(gpu_cluster, {"phase": "plan", "hosts": ["gpu1", "gpu2"], "pattern_hosts": ["gpu1", "gpu2"],
+                                "servers": ["server1", "server2"]})
+    result = action.run(task_vars={"hostvars": hostvars, "ansible_play_hosts": ["gpu1", "gpu2"]})
+    assert not result.get("failed"), result.get("msg")
+    assert sorted((c["name"], c["writer"], c["complete"]) for c in result["clusters"]) == [
+        ("default", "server1", True), ("east", "server2", True)]
