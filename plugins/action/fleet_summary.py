@@ -9,25 +9,26 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _summary as summary
 
 
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("hosts", "clusters"))
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
+        args = self.validate_argument_spec(argument_spec=specs.FLEET_SUMMARY_SPEC)[1]
         hostvars = task_vars["hostvars"]
         results = []
-        for host in self._task.args.get("hosts") or []:
+        for host in args["hosts"]:
             found = hostvars[host].get("gpu_node_result") if host in hostvars else None
             results.append((host, found))
         # each cluster's result is registered on the host that wrote it (its leader in the cluster play)
         clusters = []
-        for cluster in self._task.args.get("clusters") or []:
+        for cluster in args["clusters"]:
             leader = cluster.get("leader")
             found = hostvars[leader].get("k3s_gpu__cluster_result") if leader and leader in hostvars else None
             clusters.append(found if isinstance(found, dict) and "skipped" not in found else dict(

@@ -16,6 +16,7 @@ import time
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _doctor as doctor
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
 
@@ -23,27 +24,11 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as v
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
-    ARGUMENT_SPEC = {
-        "phase": {"type": "str", "default": "report", "choices": ["choose", "report"]},
-        "results": {"type": "dict", "required": True},
-        "node_names": {"type": "dict", "default": {}},
-        "cluster": {"type": "dict"},
-        "cluster_why": {"type": "str", "default": "no cluster"},
-        "report_path": {"type": "path"},
-        "fail": {"type": "bool", "default": True},
-        # the pod layer (doctor_run_pod): the smoke pods' namespace and image, then what they did
-        "namespace": {"type": "str", "default": "k3s-gpu-doctor"},
-        "image": {"type": "str", "default": "docker.io/library/ubuntu:24.04"},
-        "runtimeclasses": {"type": "list", "elements": "str", "default": []},
-        "pods": {"type": "list", "elements": "dict"},
-        "events": {"type": "list", "elements": "dict", "default": []},
-        "logs": {"type": "list", "elements": "dict", "default": []},
-    }
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
-        args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)[1]
+        args = self.validate_argument_spec(argument_spec=specs.GPU_DOCTOR_SPEC)[1]
         reports = self._reports(args)
         names = args["node_names"] or {}
         if args["phase"] == "choose":

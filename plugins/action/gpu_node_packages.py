@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import base64
 
-from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _packages as packages
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
@@ -54,24 +54,23 @@ class StepFailed(Exception):
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("source", "state", "remove_source"))
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
+        args = self.validate_argument_spec(argument_spec=specs.GPU_NODE_PACKAGES_SPEC)[1]
         self._task_vars = task_vars
         self._host = task_vars.get("inventory_hostname", "")
         self._read_only = False
         self._changed = False
-        kind = self._task.args.get("source", packages.TOOLKIT)
-        state = self._task.args.get("state", "present")
+        kind, state = args["source"], args["state"]
         try:
             settings = role_vars.read(task_vars, self._templar.template, SETTINGS)
             facts = self._templar.template(task_vars.get("ansible_facts") or {})
             family = packages.package_family(settings, facts)
             if state == "absent":
                 outcome = self._remove(packages.removal(kind, settings, facts, family, self._host,
-                                                        boolean(self._task.args.get("remove_source", False), strict=False)))
+                                                        args["remove_source"]))
             elif kind == packages.DRIVER:
                 outcome = self._driver(settings, facts, packages.driver_source(settings, facts, family, self._host))
             else:

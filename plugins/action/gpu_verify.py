@@ -16,6 +16,7 @@ import time
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
 
 POLL_SECONDS = 2
@@ -26,28 +27,11 @@ STUCK_SECONDS = 10
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
-    ARGUMENT_SPEC = {
-        "phase": {"type": "str", "default": "choose", "choices": ["choose", "wait", "report"]},
-        "classes": {"type": "list", "elements": "dict", "default": []},
-        "nodes": {"type": "list", "elements": "dict", "default": []},
-        "wanted": {"type": "list", "elements": "str", "default": []},
-        "namespace": {"type": "str", "default": "k3s-gpu-verify"},
-        "image": {"type": "str", "default": "docker.io/library/ubuntu:24.04"},
-        "kubeconfig": {"type": "str"},
-        "timeout": {"type": "int", "default": 300},
-        "expected": {"type": "int", "default": 0},
-        "pods": {"type": "list", "elements": "dict", "default": []},
-        "events": {"type": "list", "elements": "dict", "default": []},
-        "logs": {"type": "list", "elements": "dict", "default": []},
-        "allocatable": {"type": "dict", "default": {}},
-        "problems": {"type": "list", "elements": "dict", "default": []},
-        "notes": {"type": "list", "elements": "str", "default": []},
-    }
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
-        args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)[1]
+        args = self.validate_argument_spec(argument_spec=specs.GPU_VERIFY_SPEC)[1]
         result["changed"] = False
         phase = args["phase"]
         if phase == "choose":

@@ -99,3 +99,50 @@ GPU_CLUSTER_SPEC = dict(
     objects=dict(type="list", elements="str", choices=CLUSTER_OBJECTS, default=list(CLUSTER_OBJECTS)),
 )
 GPU_CLUSTER_REQUIRED_IF = [("phase", "apply", ("cluster",)), ("phase", "inspect", ("cluster",))]
+
+GPU_NODE_PACKAGES_SPEC = dict(
+    source=dict(type="str", default="toolkit", choices=["toolkit", "driver"]),
+    state=dict(type="str", default="present", choices=["present", "absent"]),
+    remove_source=dict(type="bool", default=False),
+)
+
+FLEET_SUMMARY_SPEC = dict(
+    hosts=dict(type="list", elements="str", required=True),
+    clusters=dict(type="list", elements="dict", default=[]),
+)
+
+VERIFY_IMAGE = "docker.io/library/ubuntu:24.04"  # needs only sh and ls: the toolkit mounts nvidia-smi and the libraries
+GPU_VERIFY_SPEC = dict(
+    phase=dict(type="str", default="choose", choices=["choose", "wait", "report"]),
+    classes=dict(type="list", elements="dict", default=[]),
+    nodes=dict(type="list", elements="dict", default=[]),
+    wanted=dict(type="list", elements="str", default=[]),
+    namespace=dict(type="str", default="k3s-gpu-verify"),
+    image=dict(type="str", default=VERIFY_IMAGE),
+    kubeconfig=dict(type="str"),
+    timeout=dict(type="int", default=300),
+    expected=dict(type="int", default=0),
+    pods=dict(type="list", elements="dict", default=[]),
+    events=dict(type="list", elements="dict", default=[]),
+    logs=dict(type="list", elements="dict", default=[]),
+    allocatable=dict(type="dict", default={}),
+    problems=dict(type="list", elements="dict", default=[]),
+    notes=dict(type="list", elements="str", default=[]),
+)
+
+GPU_DOCTOR_SPEC = dict(
+    phase=dict(type="str", default="report", choices=["choose", "report"]),
+    results=dict(type="dict", required=True),
+    node_names=dict(type="dict", default={}),
+    cluster=dict(type="dict"),
+    cluster_why=dict(type="str", default="no cluster"),
+    report_path=dict(type="path"),
+    fail=dict(type="bool", default=True),
+    # the pod layer (doctor_run_pod): the smoke pods' namespace, image and classes, then what they did
+    namespace=dict(type="str", default="k3s-gpu-doctor"),
+    image=dict(type="str", default=VERIFY_IMAGE),
+    runtimeclasses=dict(type="list", elements="str", default=[]),
+    pods=dict(type="list", elements="dict"),
+    events=dict(type="list", elements="dict", default=[]),
+    logs=dict(type="list", elements="dict", default=[]),
+)

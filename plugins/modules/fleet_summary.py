@@ -69,11 +69,11 @@ counts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import FLEET_SUMMARY_SPEC
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(hosts=dict(type="list", elements="str", required=True),
-                                              clusters=dict(type="list", elements="dict", default=[])), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=FLEET_SUMMARY_SPEC, supports_check_mode=True)
     module.fail_json(msg="k3s_gpu.nvidia.fleet_summary runs through its action plugin, inside k3s_gpu.nvidia.site")
 
 

@@ -127,18 +127,11 @@ pods:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_DOCTOR_SPEC
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(
-        phase=dict(type="str", default="report", choices=["choose", "report"]),
-        results=dict(type="dict", required=True), node_names=dict(type="dict", default={}), cluster=dict(type="dict"),
-        cluster_why=dict(type="str", default="no cluster"), report_path=dict(type="path"),
-        fail=dict(type="bool", default=True), namespace=dict(type="str", default="k3s-gpu-doctor"),
-        image=dict(type="str", default="docker.io/library/ubuntu:24.04"),
-        runtimeclasses=dict(type="list", elements="str", default=[]), pods=dict(type="list", elements="dict"),
-        events=dict(type="list", elements="dict", default=[]), logs=dict(type="list", elements="dict", default=[])),
-        supports_check_mode=True)
+    module = AnsibleModule(argument_spec=GPU_DOCTOR_SPEC, supports_check_mode=True)
     module.fail_json(msg="k3s_gpu.nvidia.gpu_doctor runs through its action plugin, inside k3s_gpu.nvidia.doctor")
 
 

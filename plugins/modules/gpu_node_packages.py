@@ -108,13 +108,11 @@ files_removed:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_NODE_PACKAGES_SPEC
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(
-        source=dict(type="str", default="toolkit", choices=["toolkit", "driver"]),
-        state=dict(type="str", default="present", choices=["present", "absent"]),
-        remove_source=dict(type="bool", default=False)), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=GPU_NODE_PACKAGES_SPEC, supports_check_mode=True)
     module.fail_json(msg="k3s_gpu.nvidia.gpu_node_packages runs through its action plugin, inside the role k3s_gpu.nvidia.gpu_node")
 
 

@@ -155,19 +155,11 @@ lines:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_VERIFY_SPEC
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(
-        phase=dict(type="str", default="choose", choices=["choose", "wait", "report"]),
-        classes=dict(type="list", elements="dict", default=[]), nodes=dict(type="list", elements="dict", default=[]),
-        wanted=dict(type="list", elements="str", default=[]), namespace=dict(type="str", default="k3s-gpu-verify"),
-        image=dict(type="str", default="docker.io/library/ubuntu:24.04"), kubeconfig=dict(type="str"),
-        timeout=dict(type="int", default=300), expected=dict(type="int", default=0),
-        pods=dict(type="list", elements="dict", default=[]), events=dict(type="list", elements="dict", default=[]),
-        logs=dict(type="list", elements="dict", default=[]), allocatable=dict(type="dict", default={}),
-        problems=dict(type="list", elements="dict", default=[]), notes=dict(type="list", elements="str", default=[])),
-        supports_check_mode=True)
+    module = AnsibleModule(argument_spec=GPU_VERIFY_SPEC, supports_check_mode=True)
     module.fail_json(msg="k3s_gpu.nvidia.gpu_verify runs through its action plugin, inside k3s_gpu.nvidia.verify")
 
 
