@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _helmchart as helmchart
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _manifest_yaml as manifest_yaml
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _helmchart as helmchart
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _manifest_yaml as manifest_yaml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
 
 # Also the Helm release name: it contains the chart name, so the chart names its objects
 # nvidia-device-plugin, nvidia-device-plugin-configs, ... (templates/_helpers.tpl fullname).

@@ -5,7 +5,7 @@
 
 """Which RuntimeClass objects a cluster needs for its NVIDIA runtime handlers (pure, no I/O).
 
-PRIVATE to the collection. Stdlib only, Python 3.8+ syntax.
+PRIVATE to the collection. Controller side.
 
 One `node.k8s.io/v1` RuntimeClass per NVIDIA handler that at least one node has, except the ones
 the cluster's release ships itself (k3s runtimes.yaml manifest, rke2-runtimeclasses chart: which
@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _manifest_yaml as manifest_yaml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _manifest_yaml as manifest_yaml
 
 API_VERSION = "node.k8s.io/v1"
 KIND = "RuntimeClass"

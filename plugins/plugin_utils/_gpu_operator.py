@@ -6,7 +6,7 @@
 """Operator mode: NVIDIA's GPU Operator as a k3s/rke2 HelmChart, and the rules that keep it and the
 host toolkit from fighting over one node (pure, no I/O).
 
-PRIVATE to the collection. Stdlib only, Python 3.8+ syntax.
+PRIVATE to the collection. Controller side.
 
 Two decisions live here:
 - plan_node(): what the gpu_node role does on one node in host or operator mode, from its
@@ -31,8 +31,8 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _helmchart as helmchart
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _helmchart as helmchart
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
 
 MODE_HOST = "host"
 MODE_OPERATOR = "operator"

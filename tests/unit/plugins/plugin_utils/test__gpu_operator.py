@@ -19,7 +19,7 @@ import yaml
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _gpu_operator as op
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as op
 
 RELEASE = "v1.33.10+k3s1"
 
