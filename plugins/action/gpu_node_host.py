@@ -19,10 +19,10 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _doctor as doctor
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _restart as restart
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars

@@ -18,10 +18,10 @@ import base64
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _packages as packages
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
 
 display = Display()
@@ -35,7 +35,7 @@ SETTINGS = ("gpu_node_package_manager", "gpu_node_toolkit_version", "gpu_node_to
             "gpu_node_driver_gpg_fingerprint", "gpu_node_driver_reboot")
 GPG = "/usr/bin/gpg"
 PYTHON_DEBIAN = "/usr/lib/python3/dist-packages/debian/deb822.py"  # ansible.builtin.deb822_repository needs it
-NOUVEAU_BLACKLIST = "%s\nblacklist nouveau\noptions nouveau modeset=0\n" % distro.NOUVEAU_BLACKLIST_HEADER
+NOUVEAU_BLACKLIST = "%s\nblacklist nouveau\noptions nouveau modeset=0\n" % release_rules.NOUVEAU_BLACKLIST_HEADER
 INITRAMFS = {packages.APT: (["update-initramfs", "-u"], "/usr/sbin/update-initramfs"),
              packages.DNF: (["dracut", "--force"], "/usr/bin/dracut")}
 
@@ -159,7 +159,7 @@ class ActionModule(ActionBase):
                     "%s: the key from %s has fingerprint(s) %s, not %s; the repository %s was not added and nothing was "
                     "installed. Check the key URL (or your mirror) and the fingerprint variable." % (
                         self._host, source["key_url"], ", ".join(found) or "none", source["fingerprint"], source["url"]))
-            self._module("ansible.builtin.file", {"path": distro.KEYRING_DIRS[source["family"]], "state": "directory",
+            self._module("ansible.builtin.file", {"path": release_rules.KEYRING_DIRS[source["family"]], "state": "directory",
                                                   "mode": "0755"})
             return bool(self._module("ansible.builtin.copy", {"src": temp, "remote_src": True, "dest": source["key_path"],
                                                               "mode": "0644"}).get("changed"))
@@ -278,9 +278,9 @@ class ActionModule(ActionBase):
         family, check = source["family"], bool(self._task.check_mode)
         nouveau_changed = False
         if settings["driver_blacklist_nouveau"]:
-            self._module("ansible.builtin.file", {"path": distro.NOUVEAU_BLACKLIST.rsplit("/", 1)[0], "state": "directory",
+            self._module("ansible.builtin.file", {"path": release_rules.NOUVEAU_BLACKLIST.rsplit("/", 1)[0], "state": "directory",
                                                   "mode": "0755"})  # a minimal image may have no kmod yet
-            nouveau_changed = bool(self._write(NOUVEAU_BLACKLIST, distro.NOUVEAU_BLACKLIST, "0644").get("changed"))
+            nouveau_changed = bool(self._write(NOUVEAU_BLACKLIST, release_rules.NOUVEAU_BLACKLIST, "0644").get("changed"))
             if nouveau_changed:
                 self._rebuild_initramfs(family)
         outcome = self._install(source)
@@ -338,11 +338,11 @@ class ActionModule(ActionBase):
             if self._module("ansible.builtin.file", {"path": path, "state": "absent"}).get("changed"):
                 outcome["files_removed"].append(path)
         if plan["nouveau_blacklist"]:
-            read = self._module("ansible.builtin.slurp", {"src": distro.NOUVEAU_BLACKLIST}, read_only=True, may_fail=True)
+            read = self._module("ansible.builtin.slurp", {"src": release_rules.NOUVEAU_BLACKLIST}, read_only=True, may_fail=True)
             text = base64.b64decode(read.get("content") or "").decode("utf-8", "replace")
-            if text.startswith(distro.NOUVEAU_BLACKLIST_HEADER):  # ours, never one the user wrote
-                self._module("ansible.builtin.file", {"path": distro.NOUVEAU_BLACKLIST, "state": "absent"})
-                outcome["files_removed"].append(distro.NOUVEAU_BLACKLIST)
+            if text.startswith(release_rules.NOUVEAU_BLACKLIST_HEADER):  # ours, never one the user wrote
+                self._module("ansible.builtin.file", {"path": release_rules.NOUVEAU_BLACKLIST, "state": "absent"})
+                outcome["files_removed"].append(release_rules.NOUVEAU_BLACKLIST)
                 self._rebuild_initramfs(family)
         if plan["kind"] == packages.DRIVER and outcome["packages_changed"]:
             display.display("%s: the NVIDIA driver packages are removed; a loaded nvidia kernel module stays until the "

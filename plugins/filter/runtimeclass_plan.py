@@ -125,7 +125,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
 
 
 def runtimeclass_plan(cluster, nodes, node_selector=None, overhead=None, select_by_handler_label=False):

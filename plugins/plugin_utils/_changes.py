@@ -17,10 +17,11 @@ import tomllib
 from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _k3s_base as k3s_base
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as template_check
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 
@@ -37,7 +38,7 @@ _TEMPLATES = ("template_v3", "template_v2")
 def backup_prefix(node_path):
     """Where the copies of node_path go (node_files adds .<time>~): under the collection's backup directory, never in a
     directory that k3s, rke2 or containerd import."""
-    return distro.BACKUP_DIR + node_path
+    return release_rules.BACKUP_DIR + node_path
 
 
 def host_path(root, node_path):
@@ -618,8 +619,8 @@ def backup_fields(change, params):
     it is removed; the role's take-back (state absent) keeps no copy at all and drops the earlier ones of each file it
     puts back or removes, so the node ends as it was before the first converge."""
     root = change["path"][:len(change["path"]) - len(change["node_path"])]
-    fields = {"backup_to": root + backup_prefix(change["node_path"]), "backup_root": root + distro.BACKUP_DIR,
-              "backup_keep": distro.BACKUP_KEEP}
+    fields = {"backup_to": root + backup_prefix(change["node_path"]), "backup_root": root + release_rules.BACKUP_DIR,
+              "backup_keep": release_rules.BACKUP_KEEP}
     if change.get("keep_copy"):
         fields["backup"] = True
     elif params.get("_own_files") and params.get("state") == "absent":

@@ -23,7 +23,7 @@ import json
 import os
 import tempfile
 
-_ENGINE_FILES = ("_gotemplate.py", "_template_check.py", "_k3s_base.py", "_toml.py", "_check_cache.py")
+_ENGINE_FILES = ("_gotemplate.py", "_template_check.py", "_k3s_base.py", "_toml.py", "_check_cache.py", "_release_rules.py")
 
 
 def _engine_digest():

@@ -19,7 +19,7 @@ chart with values that fit what the gpu_node role configured:
   configs picked by the node label nvidia.com/device-plugin.config.
 Every setting is checked before anything is built; a refusal is one sentence naming the role variable
 and the fix. render_manifest() gives the manifest text, byte-stable. Chart facts (versions, images,
-allowed values) are `_distro`'s DEVICE_PLUGIN_* table; their sources are in docs/device-plugin.md.
+allowed values) are `_release_rules`' DEVICE_PLUGIN_* table; their sources are in docs/device-plugin.md.
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _helmchart as helmchart
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _manifest_yaml as manifest_yaml
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _helmchart as helmchart
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _manifest_yaml as manifest_yaml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
 
 # Also the Helm release name: it contains the chart name, so the chart names its objects
 # nvidia-device-plugin, nvidia-device-plugin-configs, ... (templates/_helpers.tpl fullname).
@@ -45,7 +46,7 @@ DEFAULT_NAMESPACE = "nvidia-device-plugin"
 # The label that places the plugin: the role's GPU nodes get it, the chart's affinity matches only it.
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 GPU_PRESENT_VALUE = "true"
-CONFIG_LABEL = distro.DEVICE_PLUGIN_CHART["config_label"]
+CONFIG_LABEL = release_rules.DEVICE_PLUGIN_CHART["config_label"]
 # The chart runs its MPS control daemon only on nodes with this label, which GFD sets from the node's
 # plugin config (templates/daemonset-mps-control-daemon.yml nodeSelector; internal/lm/nvml.go): the role
 # sets it itself where a node's config shares by MPS, so MPS works without GFD.
@@ -140,12 +141,12 @@ def _check_bool(where, value):
 def chart_facts(version):
     """The known-versions row of a chart version ('0.20.0' or 'v0.20.0'), refused when unknown."""
     plain = version.lstrip("v") if isinstance(version, str) else version
-    if plain not in distro.DEVICE_PLUGIN_VERSIONS:
-        known = ", ".join(sorted(distro.DEVICE_PLUGIN_VERSIONS, key=_version_key))
+    if plain not in release_rules.DEVICE_PLUGIN_VERSIONS:
+        known = ", ".join(sorted(release_rules.DEVICE_PLUGIN_VERSIONS, key=_version_key))
         raise DevicePluginPlanError(
             "%s is %r, a chart version this collection does not know (its image and values are checked per version); "
             "use one of %s." % (VARIABLES["chart_version"], version, known))
-    return dict(distro.DEVICE_PLUGIN_VERSIONS[plain], version=plain)
+    return dict(release_rules.DEVICE_PLUGIN_VERSIONS[plain], version=plain)
 
 
 def _version_key(version):
@@ -336,13 +337,13 @@ def choose_runtime_class(available, nodes, wanted=""):
 # --- deviceListStrategy -----------------------------------------------------------------------------
 
 def _kubelet_passes_cdi(profile):
-    return _version_key(profile["line"]) >= _version_key(distro.DEVICE_PLUGIN_CDI_CRI_KUBERNETES)
+    return _version_key(profile["line"]) >= _version_key(release_rules.DEVICE_PLUGIN_CDI_CRI_KUBERNETES)
 
 
 def choose_device_list_strategy(nodes, profile, wanted=AUTO, chart=None):
     """(strategy, reason): cdi-cri where every node's containerd has CDI on and an NVIDIA CDI spec and the
     kubelet passes CDI devices (Kubernetes 1.29+), envvar otherwise; an explicit CDI strategy is checked the same."""
-    chart = chart or chart_facts(distro.DEVICE_PLUGIN_CHART["default_version"])
+    chart = chart or chart_facts(release_rules.DEVICE_PLUGIN_CHART["default_version"])
     _check_choice("device_list_strategy", wanted, chart["device_list_strategies"], allow_auto=True)
     nodes = [node_facts(node) for node in nodes]
     no_cdi = [node.host for node in nodes if not node.cdi_enabled]
@@ -356,7 +357,7 @@ def choose_device_list_strategy(nodes, profile, wanted=AUTO, chart=None):
             problems.append("no NVIDIA CDI spec on %s" % ", ".join(no_spec))
         if wanted != "cdi-annotations" and not kubelet:
             problems.append("the kubelet of %s %s does not pass CDI devices (Kubernetes %s+)" % (
-                profile["distribution"], profile["release"], distro.DEVICE_PLUGIN_CDI_CRI_KUBERNETES))
+                profile["distribution"], profile["release"], release_rules.DEVICE_PLUGIN_CDI_CRI_KUBERNETES))
         if not nodes:
             problems.append("no GPU node")
         if wanted == AUTO:
@@ -379,10 +380,10 @@ def _check_settings(settings):
     if not isinstance(settings, Mapping):
         raise DevicePluginPlanError("settings must be a dict, got %s." % _type_name(settings))
     _refuse_unknown_keys(settings, SETTING_KEYS, "the device plugin settings")
-    chart = chart_facts(settings.get("chart_version") or distro.DEVICE_PLUGIN_CHART["default_version"])
+    chart = chart_facts(settings.get("chart_version") or release_rules.DEVICE_PLUGIN_CHART["default_version"])
     checked = {
         "chart": chart,
-        "chart_repo": settings.get("chart_repo") or distro.DEVICE_PLUGIN_CHART["repo"],
+        "chart_repo": settings.get("chart_repo") or release_rules.DEVICE_PLUGIN_CHART["repo"],
         "chart_archive": settings.get("chart_archive") or "",
         "namespace": settings.get("namespace") or DEFAULT_NAMESPACE,
         "runtime_class": settings.get("runtime_class") or "",
@@ -429,7 +430,7 @@ def _cluster_profile(cluster):
         raise DevicePluginPlanError("cluster must be the runtime_info result of a k3s or rke2 server (distribution, "
                                     "release, paths); host mode deploys a k3s/rke2 HelmChart.")
     try:
-        return distro.profile(cluster["distribution"], cluster.get("release"), distro.newer_release_of(cluster))
+        return distro.profile(cluster["distribution"], cluster.get("release"), release_rules.newer_release_of(cluster))
     except distro.ReleaseError as exc:
         raise DevicePluginPlanError("cluster release: %s" % exc) from exc
 
@@ -530,7 +531,7 @@ def plan_cluster(cluster, settings, nodes, runtimeclasses_available):
     strategy, reason = choose_device_list_strategy(checked_nodes, profile, checked["device_list_strategy"], chart)
     values = chart_values(checked, runtime_class, strategy, checked_nodes)
     chart_object, result["chart_archive_path"] = helmchart.helmchart(
-        HELMCHART_NAME, {"name": distro.DEVICE_PLUGIN_CHART["name"], "repo": checked["chart_repo"],
+        HELMCHART_NAME, {"name": release_rules.DEVICE_PLUGIN_CHART["name"], "repo": checked["chart_repo"],
                          "version": chart["version"], "archive": checked["chart_archive"]},
         values, checked["namespace"], cluster["paths"]["static_charts_dir"])
     result.update({

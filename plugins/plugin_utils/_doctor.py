@@ -17,6 +17,7 @@ import time
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
 
@@ -179,9 +180,9 @@ def _check_cdi_refresh(info, node):
     toolkit = info.get("toolkit") or {}
     refresh = toolkit.get("cdi_refresh") or {}
     line = _toolkit_line(toolkit.get("version"))
-    if node.get("mode") != "host" or node.get("cdi_spec_path", distro.CDI_REFRESH_OUTPUT) != distro.CDI_REFRESH_OUTPUT:
+    if node.get("mode") != "host" or node.get("cdi_spec_path", release_rules.CDI_REFRESH_OUTPUT) != release_rules.CDI_REFRESH_OUTPUT:
         return ""
-    if line is None or line < distro.CDI_REFRESH_SINCE_TOOLKIT:
+    if line is None or line < release_rules.CDI_REFRESH_SINCE_TOOLKIT:
         return "; no nvidia-cdi-refresh (toolkit %s): k3s_gpu.nvidia.site generates the spec again after a driver " \
                "change" % (toolkit.get("version") or "version not read")
     if not refresh.get("unit"):

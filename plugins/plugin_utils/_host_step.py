@@ -13,9 +13,10 @@ import posixpath
 import re
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes_engine
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as gpu_operator
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 
 # module options named in messages of the modules, and the role variables a user sets instead
 _OPTION_NAMES = (
@@ -61,7 +62,7 @@ def dev_char_rule_text(nvidia_ctk):
     """The udev rule that makes the /dev/char links again whenever the NVIDIA driver binds to a GPU (boot, driver
     reload), with the node's nvidia-ctk."""
     return "%s\nACTION==\"add\", DEVPATH==\"/bus/pci/drivers/nvidia\", RUN+=\"%s system create-dev-char-symlinks --create-all\"\n" % (
-        distro.DEV_CHAR_RULE_MARKER, nvidia_ctk)
+        release_rules.DEV_CHAR_RULE_MARKER, nvidia_ctk)
 
 
 def nvidia_device_nodes(driver):
@@ -79,7 +80,7 @@ def dev_char_due(info, plan, settings):
     if not (plan["selected"] and plan["live"]):
         return None
     rule = (info.get("driver") or {}).get("dev_char_rule") or {}
-    ours = rule.get("state") == "file" and (rule.get("content") or "").startswith(distro.DEV_CHAR_RULE_MARKER)
+    ours = rule.get("state") == "file" and (rule.get("content") or "").startswith(release_rules.DEV_CHAR_RULE_MARKER)
     if settings.get("state") == "absent":
         return {"rule": "remove", "links": False, "path": distro.DEV_CHAR_RULE, "text": None} if ours else None
     ctk = (info.get("toolkit") or {}).get("nvidia_ctk")
@@ -102,7 +103,7 @@ def cdi_refresh_due(info, plan, settings):
     refresh = (info.get("toolkit") or {}).get("cdi_refresh") or {}
     return bool(plan["selected"] and plan["live"] and settings.get("state") != "absent" and settings.get("cdi_refresh")
                 and settings.get("cdi_generate") and plan["mode"].get("mode") == "host" and refresh.get("unit")
-                and not refresh.get("enabled") and settings.get("cdi_spec_path") == distro.CDI_REFRESH_OUTPUT)
+                and not refresh.get("enabled") and settings.get("cdi_spec_path") == release_rules.CDI_REFRESH_OUTPUT)
 
 
 # the role's device plugin variables (read without the gpu_node_ prefix) -> the settings of _device_plugin

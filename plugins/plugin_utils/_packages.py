@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 
 APT = "apt"
 DNF = "dnf"
@@ -41,7 +41,7 @@ def package_family(settings, facts):
 def os_key(facts):
     """"<distribution>-<major>" as NVIDIA's CUDA repository names its OS directories (RHEL rebuilds count as RedHat)."""
     name = facts.get("distribution") or ""
-    if name in distro.REDHAT_REBUILDS:
+    if name in release_rules.REDHAT_REBUILDS:
         name = "RedHat"
     return "%s-%s" % (name, facts.get("distribution_major_version") or "")
 
@@ -49,8 +49,8 @@ def os_key(facts):
 def source_files(name, family):
     """(key path, repository file, one-line .list file of earlier versions or None) of a repository."""
     if family == DNF:
-        return ("%s/RPM-GPG-KEY-%s" % (distro.KEYRING_DIRS[DNF], name), "/etc/yum.repos.d/%s.repo" % name, None)
-    return ("%s/%s.asc" % (distro.KEYRING_DIRS[APT], name), "/etc/apt/sources.list.d/%s.sources" % name,
+        return ("%s/RPM-GPG-KEY-%s" % (release_rules.KEYRING_DIRS[DNF], name), "/etc/yum.repos.d/%s.repo" % name, None)
+    return ("%s/%s.asc" % (release_rules.KEYRING_DIRS[APT], name), "/etc/apt/sources.list.d/%s.sources" % name,
             "/etc/apt/sources.list.d/%s.list" % name)
 
 
@@ -64,8 +64,8 @@ def _source(kind, family, **fields):
 
 
 def toolkit_names(settings):
-    return list(distro.TOOLKIT_PACKAGES) + ([distro.TOOLKIT_OPERATOR_EXTENSIONS]
-                                            if settings.get("toolkit_operator_extensions") else [])
+    return list(release_rules.TOOLKIT_PACKAGES) + ([release_rules.TOOLKIT_OPERATOR_EXTENSIONS]
+                                                   if settings.get("toolkit_operator_extensions") else [])
 
 
 def _pinned(names, version, family):
@@ -100,7 +100,7 @@ def driver_names(settings, facts):
     family_key = os_key(facts).split("-")[0]
     branch, open_modules = str(settings["driver_branch"]), settings["driver_open_kernel_modules"]
     if family_key == "Ubuntu":
-        if _branch_number(settings) < distro.UBUNTU_UNBRANCHED_DRIVER_FROM:
+        if _branch_number(settings) < release_rules.UBUNTU_UNBRANCHED_DRIVER_FROM:
             return ["libnvidia-compute-" + branch, "nvidia-utils-" + branch,
                     "nvidia-dkms-" + branch + ("-open" if open_modules else "")]
         return ["libnvidia-compute", "nvidia-utils", "nvidia-dkms" + ("-open" if open_modules else "")]
@@ -115,7 +115,7 @@ def driver_pinning_package(settings, facts):
         return ""
     family_key = os_key(facts).split("-")[0]
     if family_key == "Debian" or (family_key == "Ubuntu"
-                                  and _branch_number(settings) >= distro.UBUNTU_UNBRANCHED_DRIVER_FROM):
+                                  and _branch_number(settings) >= release_rules.UBUNTU_UNBRANCHED_DRIVER_FROM):
         return "nvidia-driver-pinning-%s" % (settings["driver_version"] or settings["driver_branch"])
     return ""
 
@@ -124,7 +124,7 @@ def driver_source(settings, facts, family, host):
     """NVIDIA's CUDA repository for this OS and machine, and the pinned driver packages (kernel headers included)."""
     key = os_key(facts)
     custom = bool(settings["driver_packages"]) and bool(settings["driver_repo_url"])
-    if family not in (APT, DNF) or (key not in distro.CUDA_REPO_OS and not custom):
+    if family not in (APT, DNF) or (key not in release_rules.CUDA_REPO_OS and not custom):
         raise PackagesError(
             "%s: the role installs the NVIDIA driver on Ubuntu 22.04/24.04, Debian 12 and RHEL/Rocky/Alma 8 and 9; this "
             "host is %s %s. Install the driver yourself and set gpu_node_driver_install=false, or name the packages in "
@@ -132,8 +132,8 @@ def driver_source(settings, facts, family, host):
                 host, facts.get("distribution") or "unknown", facts.get("distribution_version") or ""))
     arch = facts.get("architecture") or ""
     url = settings["driver_repo_url"] or "%s/%s/%s" % (
-        distro.CUDA_REPO_URL, distro.CUDA_REPO_OS.get(key, ""), distro.CUDA_REPO_ARCH.get(arch, arch))
-    key_file, fingerprint = distro.CUDA_REPO_KEYS[family]
+        release_rules.CUDA_REPO_URL, release_rules.CUDA_REPO_OS.get(key, ""), release_rules.CUDA_REPO_ARCH.get(arch, arch))
+    key_file, fingerprint = release_rules.CUDA_REPO_KEYS[family]
     names = driver_names(settings, facts)
     version = settings["driver_version"]
     if version:

@@ -25,6 +25,7 @@ import tomllib
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gotemplate as gotemplate
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _k3s_base as k3s_base
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml_read as toml_read
 
@@ -64,7 +65,7 @@ CODES = {
 def k3s_funcs(profile):
     """k3s's FuncMap for this release (distro.TEMPLATE_FUNCS; docs/template-data.md)."""
     release = distro.Release(profile["distribution"], profile["release"])
-    return tuple(name for name, feature in distro.TEMPLATE_FUNCS if _present(release, feature))
+    return tuple(name for name, feature in release_rules.TEMPLATE_FUNCS if _present(release, feature))
 
 
 def _present(release, feature):
@@ -190,7 +191,7 @@ def data_type(profile):
 
 # the feature table's fields, parents before children, each path split once (the tree is built per release)
 _FIELDS_BY_DEPTH = sorted(((path, tuple(path.split(".")), type_name, feature)
-                           for path, type_name, feature in distro.TEMPLATE_FIELDS), key=lambda row: len(row[1]))
+                           for path, type_name, feature in release_rules.TEMPLATE_FIELDS), key=lambda row: len(row[1]))
 
 
 def _data_type(profile):
@@ -270,7 +271,7 @@ def node_data(facts, profile, detected, default_runtime):
         "NodeConfig.Containerd.Template": paths["containerd_dir"],
         "NodeConfig.Containerd.Config": paths["config"],
     }
-    for path, typical in distro.TEMPLATE_TYPICAL.items():
+    for path, typical in release_rules.TEMPLATE_TYPICAL.items():
         parts = path.split(".")
         field_type = _lookup(type_, parts)
         if field_type is not None:
@@ -296,7 +297,7 @@ def base_params(facts, profile, detected, default_runtime):
     data_dir = paths["data_dir"]
     state = "/run/k3s/containerd"
     return {"root": data_dir + "/agent/containerd", "state": state, "address": state + "/containerd.sock",
-            "opt": data_dir + "/agent/containerd", "pause_image": distro.TEMPLATE_TYPICAL["NodeConfig.AgentConfig.PauseImage"],
+            "opt": data_dir + "/agent/containerd", "pause_image": release_rules.TEMPLATE_TYPICAL["NodeConfig.AgentConfig.PauseImage"],
             "snapshotter": "overlayfs", "cni_bin_dir": data_dir + "/data/current/bin",
             "cni_conf_dir": data_dir + "/agent/etc/cni/net.d", "registry_dir": paths["containerd_dir"] + "/certs.d",
             "detected": detected, "systemd_cgroup": bool(facts.get("systemd_cgroup")),

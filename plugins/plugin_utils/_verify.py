@@ -17,8 +17,8 @@ import re
 
 import yaml
 
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
 
 GPU_RESOURCE = device_plugin.RESOURCE_NAME
 SEED_RUNTIMECLASS = "nvidia"  # the class every NVIDIA setup has: verify always wants it

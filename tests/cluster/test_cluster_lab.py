@@ -327,12 +327,13 @@ def test_every_helmchart_the_collection_writes_is_created_with_k3s_crds(cluster,
 def _operator_objects(cluster):
     """The GPU Operator HelmCharts the collection writes for the lab's release: from the repository, air-gapped."""
     from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro  # pylint: disable=import-outside-toplevel
-    from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _gpu_operator as operator  # pylint: disable=import-outside-toplevel
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as operator  # pylint: disable=import-outside-toplevel
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules  # pylint: disable=import-outside-toplevel
 
     cluster_info = {"distribution": "k3s", "release": cluster.state["release"], "paths": distro.distribution_paths("k3s")}
     nodes = [{"host": clusterlab.NODE_NAME, "mode": "operator", "driver_install": False}]
     objects = []
-    version = distro.GPU_OPERATOR_CHART["default_version"]
+    version = release_rules.GPU_OPERATOR_CHART["default_version"]
     for settings in ({}, {"chart_archive": "gpu-operator-%s.tgz" % version}):
         objects += operator.plan_cluster(cluster_info, settings, nodes)["objects"]
     return objects

@@ -30,6 +30,7 @@ import yaml
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as dp
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.tests import testbins
 
 try:
@@ -166,7 +167,7 @@ def test_default(helm_render, chart, validator, tmp_path):
     assert env["DEVICE_LIST_STRATEGY"] == "envvar"
     assert "CONFIG_FILE" not in env  # no sharing: no config map, no config-manager
     assert plugin_container(daemonset)["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
-    assert plugin_container(daemonset)["image"] == distro.DEVICE_PLUGIN_VERSIONS["0.20.0"]["image"]
+    assert plugin_container(daemonset)["image"] == release_rules.DEVICE_PLUGIN_VERSIONS["0.20.0"]["image"]
     assert not any(kind == "DaemonSet" and "feature-discovery" in name for kind, name in objects)
 
 
@@ -242,7 +243,7 @@ def test_chart_defaults_are_what_the_engine_assumes(chart):
     with tarfile.open(chart) as tar:
         values = yaml.safe_load(tar.extractfile("nvidia-device-plugin/values.yaml").read())
         chart_yaml = yaml.safe_load(tar.extractfile("nvidia-device-plugin/Chart.yaml").read())
-    row = distro.DEVICE_PLUGIN_VERSIONS[chart_yaml["version"]]
+    row = release_rules.DEVICE_PLUGIN_VERSIONS[chart_yaml["version"]]
     assert "%s:v%s" % (values["image"]["repository"], chart_yaml["appVersion"]) == row["image"]
     assert values["runtimeClassName"] is None and values["gfd"]["enabled"] is False
     assert values["config"]["fallbackStrategies"] == ["named", "single"]

@@ -18,6 +18,7 @@ import pytest
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 
 V2_TMPL = "config.toml.tmpl"
@@ -242,7 +243,7 @@ def test_rows_1_36_and_1_37(distribution, release, containerd, version_max, drop
     assert profile["config_version_max"] == version_max
     assert profile["dropin_imports"] is dropin
     assert ("nvidia-cdi" in [r["name"] for r in profile["detected_runtimes"]]) is cdi
-    assert distro.helm_controller_version(profile) == controller
+    assert release_rules.helm_controller_version(profile) == controller
     # k3s/rke2 write their config.toml as version 3 on every containerd 2 line, 2.3 included
     assert profile["schema"] == 3 and profile["templates"] == ["config-v3.toml.tmpl", "config.toml.tmpl"]
     assert profile["detection"] == "lookpath+service-path" and profile["base_template"] and profile["default_runtime"]
@@ -287,7 +288,7 @@ def test_newer_line_assumed_as_the_newest_known(sandbox, distribution, release, 
     same = ("containerd", "schema", "config_version_max", "templates", "base_template", "dropin_imports",
             "cdi_default_on", "default_runtime", "detection", "detected_runtimes", "runtimeclasses", "known_bad")
     assert dict((k, profile[k]) for k in same) == dict((k, known[k]) for k in same)
-    assert distro.helm_controller_version(profile) == distro.helm_controller_version(known)
+    assert release_rules.helm_controller_version(profile) == release_rules.helm_controller_version(known)
     warning = profile["assumed_warning"]
     assert release in warning and "line %s" % line in warning and "newest %s release" % assumed in warning
     assert "Risk:" in warning and "keep containerd from starting" in warning

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_step as step
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
 
 CLUSTERS = {"gpu1": "a", "gpu2": "a", "server1": "a", "gpu3": "b", "server2": "b", "server3": "b"}
 SETTINGS = step.read_settings({})

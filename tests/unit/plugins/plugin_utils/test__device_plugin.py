@@ -21,6 +21,7 @@ import yaml
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as dp
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 RELEASE = "v1.33.10+k3s1"
@@ -49,8 +50,8 @@ def helmchart_schema(version):
 # --- the known-versions table -----------------------------------------------------------------------
 
 def test_every_known_version_has_its_facts():
-    assert distro.DEVICE_PLUGIN_CHART["default_version"] in distro.DEVICE_PLUGIN_VERSIONS
-    for version, row in distro.DEVICE_PLUGIN_VERSIONS.items():
+    assert release_rules.DEVICE_PLUGIN_CHART["default_version"] in release_rules.DEVICE_PLUGIN_VERSIONS
+    for version, row in release_rules.DEVICE_PLUGIN_VERSIONS.items():
         assert row["image"] == "nvcr.io/nvidia/k8s-device-plugin:v" + version  # v<appVersion>, appVersion == version
         assert len(row["commit"]) == 40
         assert row["mig_strategies"] == ("none", "single", "mixed")
@@ -94,7 +95,7 @@ RELEASE_LINES = [
 def test_helmchart_is_valid_for_the_release_line(distribution, release, controller):
     settings = {"sharing": {"strategy": "time-slicing", "replicas": 4}, "gfd": True, "image_registry": "registry.local:5000"}
     result = plan(settings, release=release, distribution=distribution)
-    assert distro.helm_controller_version(distro.profile(distribution, release)) == controller
+    assert release_rules.helm_controller_version(distro.profile(distribution, release)) == controller
     text = dp.render_manifest(result)
     docs = documents(text)
     assert [(d["apiVersion"], d["kind"], d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs] == [

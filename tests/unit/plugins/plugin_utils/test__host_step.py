@@ -13,6 +13,7 @@ import os
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 
 RELEASE = "v1.34.6+k3s1"
 CTK = "/usr/bin/nvidia-ctk"
@@ -40,8 +41,8 @@ def gpu_node(sandbox, loaded=True, linked=()):
 def test_the_rule_and_the_links_are_due_on_a_loaded_driver_without_them(sandbox):
     due = host_step.dev_char_due(gpu_node(sandbox), HOST_PLAN, SETTINGS)
     assert due == {"rule": "write", "links": True, "path": distro.DEV_CHAR_RULE, "nvidia_ctk": CTK,
-                   "text": distro.DEV_CHAR_RULE_MARKER + '\nACTION=="add", DEVPATH=="/bus/pci/drivers/nvidia", '
-                                                         'RUN+="/usr/bin/nvidia-ctk system create-dev-char-symlinks --create-all"\n'}
+                   "text": release_rules.DEV_CHAR_RULE_MARKER + '\nACTION=="add", DEVPATH=="/bus/pci/drivers/nvidia", '
+                                                                'RUN+="/usr/bin/nvidia-ctk system create-dev-char-symlinks --create-all"\n'}
 
 
 def test_nothing_is_due_once_the_rule_is_there_and_every_device_is_linked(sandbox):

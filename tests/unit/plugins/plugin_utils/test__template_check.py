@@ -169,8 +169,8 @@ def test_every_code_is_in_the_outcome_table_with_its_outcome():
 
 
 def test_the_role_refuses_before_installing_the_toolkit(sandbox):
-    from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._gpu_operator import GpuOperatorPlanError
     from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._gpu_operator import GpuOperatorPlanError
     settings = {"force": True, "root": "/", "mode": "host", "operator_toolkit": True, "operator_driver": "auto",
                 "toolkit_install": True, "driver_install": False, "driver_reboot": "if_needed", "default_runtime": "",
                 "remove_operator_leftovers": False, "local_connection": False}

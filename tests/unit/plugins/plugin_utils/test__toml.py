@@ -313,7 +313,7 @@ def test_handler_labels_take_over_the_roles_old_labels_file(sandbox):
 
 
 def test_handler_labels_use_the_prefix_runtimeclasses_select():
-    from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as rc
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as rc
     plan = {"write": [{"name": "nvidia-legacy"}], "skip": [{"name": "nvidia"}, {"name": "crun"}]}
     assert changes.node_labels(plan) == ["%s=true" % rc.handler_label("nvidia"), "%s=true" % rc.handler_label("nvidia-legacy")]
 

@@ -6,7 +6,7 @@
 """Operator mode: NVIDIA's GPU Operator as a k3s/rke2 HelmChart, and the rules that keep it and the
 host toolkit from fighting over one node (pure, no I/O).
 
-PRIVATE to the collection. Stdlib only, Python 3.8+ syntax.
+PRIVATE to the collection. Controller side.
 
 Two decisions live here:
 - plan_node(): what the gpu_node role does on one node in host or operator mode, from its
@@ -18,7 +18,7 @@ Two decisions live here:
   regenerates or at its template; components the role manages on the host turned off; the user's
   extra values merged, except the keys this collection owns.
 Which chart line creates which RuntimeClass, and which HelmChart fields each release's
-helm-controller knows, is `_distro`'s feature table, not a rule here.
+helm-controller knows, is data in `_release_rules`, not a rule here.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -31,8 +31,9 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _helmchart as helmchart
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _helmchart as helmchart
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
 
 MODE_HOST = "host"
 MODE_OPERATOR = "operator"
@@ -180,14 +181,14 @@ def chart_line(version):
     """'v26.3.3' -> '26.3', refused when this collection does not know the line."""
     if not isinstance(version, str) or not _CHART_VERSION.match(version):
         raise GpuOperatorPlanError("chart_version %r is not a chart version like %s" % (
-            version, distro.GPU_OPERATOR_CHART["default_version"]))
+            version, release_rules.GPU_OPERATOR_CHART["default_version"]))
     major, minor = version.lstrip("v").split(".")[:2]
     line = "%s.%s" % (int(major), int(minor))
-    if line not in distro.GPU_OPERATOR_LINES:
-        known = ", ".join(sorted(distro.GPU_OPERATOR_LINES, key=_line_key))
+    if line not in release_rules.GPU_OPERATOR_LINES:
+        known = ", ".join(sorted(release_rules.GPU_OPERATOR_LINES, key=_line_key))
         raise GpuOperatorPlanError(
             "chart_version %s: this collection knows the GPU Operator lines %s (what each creates and deletes, its "
-            "values); use one of those, for example %s" % (version, known, distro.GPU_OPERATOR_CHART["default_version"]))
+            "values); use one of those, for example %s" % (version, known, release_rules.GPU_OPERATOR_CHART["default_version"]))
     return line
 
 
@@ -197,7 +198,7 @@ def _line_key(line):
 
 def operator_runtimeclasses(mode):
     """Every RuntimeClass name the operator manages in a mode (creates or deletes), and the reason."""
-    rule = distro.GPU_OPERATOR_RUNTIMECLASSES[mode]
+    rule = release_rules.GPU_OPERATOR_RUNTIMECLASSES[mode]
     names = sorted(rule["created"] + rule["deleted"])
     return names, rule
 
@@ -238,8 +239,8 @@ def _check_settings(settings):
     if unknown:
         raise GpuOperatorPlanError("unknown setting(s) %s; the settings are %s" % (", ".join(unknown), ", ".join(SETTING_KEYS)))
     checked = {
-        "chart_version": settings.get("chart_version") or distro.GPU_OPERATOR_CHART["default_version"],
-        "chart_repo": settings.get("chart_repo") or distro.GPU_OPERATOR_CHART["repo"],
+        "chart_version": settings.get("chart_version") or release_rules.GPU_OPERATOR_CHART["default_version"],
+        "chart_repo": settings.get("chart_repo") or release_rules.GPU_OPERATOR_CHART["repo"],
         "chart_archive": settings.get("chart_archive") or "",
         "namespace": settings.get("namespace") or "gpu-operator",
         "cdi": settings.get("cdi", None),
@@ -302,7 +303,7 @@ def _cluster_profile(cluster):
         raise GpuOperatorPlanError("cluster must be the runtime_info result of a k3s or rke2 server (distribution, "
                                    "release, paths); operator mode deploys a k3s/rke2 HelmChart")
     try:
-        return distro.profile(cluster["distribution"], cluster.get("release"), distro.newer_release_of(cluster))
+        return distro.profile(cluster["distribution"], cluster.get("release"), release_rules.newer_release_of(cluster))
     except distro.ReleaseError as exc:
         raise GpuOperatorPlanError("cluster release: %s" % exc)
 
@@ -310,7 +311,7 @@ def _cluster_profile(cluster):
 def _operator_mode(settings, line, profile, check=True):
     """cdi | legacy | nri, from gpu_node_operator_cdi and the user's cdi.nriPluginEnabled; checked against containerd
     when the operator is wanted (a cluster without operator-mode nodes is never refused for it)."""
-    facts = distro.GPU_OPERATOR_LINES[line]
+    facts = release_rules.GPU_OPERATOR_LINES[line]
     cdi = facts["cdi_default"] if settings["cdi"] is None else settings["cdi"]
     nri = _get(settings["values"], "cdi.nriPluginEnabled", False) is True
     if not check:
@@ -322,7 +323,7 @@ def _operator_mode(settings, line, profile, check=True):
         raise GpuOperatorPlanError("values cdi.nriPluginEnabled needs CDI: set gpu_node_operator_cdi=true (the chart "
                                    "refuses NRI without it)")
     mode = "nri" if nri else "cdi" if cdi else "legacy"
-    needed = distro.GPU_OPERATOR_MODE_CONTAINERD[mode]
+    needed = release_rules.GPU_OPERATOR_MODE_CONTAINERD[mode]
     if needed and _line_key(profile["containerd"]) < _line_key(needed):
         raise GpuOperatorPlanError(
             "the GPU Operator's %s mode needs containerd %s or newer, and %s %s ships containerd %s. %s" % (
@@ -367,17 +368,17 @@ def _check_user_values(values, cluster_paths, ours):
             raise GpuOperatorPlanError("gpu_node_operator_values sets %s=%r; set %s instead (the role reads it too, to keep "
                                        "the host and the operator apart)" % (path, given, setting))
     install_dir = _get(values, "toolkit.installDir")
-    if install_dir is not None and install_dir.rstrip("/") != distro.GPU_OPERATOR_CHART["install_dir"]:
+    if install_dir is not None and install_dir.rstrip("/") != release_rules.GPU_OPERATOR_CHART["install_dir"]:
         raise GpuOperatorPlanError(
             "gpu_node_operator_values sets toolkit.installDir=%r: k3s and rke2 look for the operator's runtimes only in "
             "%s, so they would never see them. Leave it at %s" % (
-                install_dir, distro.GPU_OPERATOR_TOOLKIT_DIR, distro.GPU_OPERATOR_CHART["install_dir"]))
+                install_dir, distro.GPU_OPERATOR_TOOLKIT_DIR, release_rules.GPU_OPERATOR_CHART["install_dir"]))
     runtime_class = _get(values, "operator.runtimeClass")
-    if runtime_class is not None and runtime_class != distro.GPU_OPERATOR_CHART["runtime_class"]:
+    if runtime_class is not None and runtime_class != release_rules.GPU_OPERATOR_CHART["runtime_class"]:
         raise GpuOperatorPlanError(
             "gpu_node_operator_values sets operator.runtimeClass=%r: the operator uses it as the runtime handler too, and "
             "k3s/rke2 configure the handler %s only. Leave it at %s" % (
-                runtime_class, distro.GPU_OPERATOR_CHART["runtime_class"], distro.GPU_OPERATOR_CHART["runtime_class"]))
+                runtime_class, release_rules.GPU_OPERATOR_CHART["runtime_class"], release_rules.GPU_OPERATOR_CHART["runtime_class"]))
     env = _get(values, "toolkit.env")
     if env is None:
         return
@@ -406,7 +407,7 @@ def _check_user_values(values, cluster_paths, ours):
 def _values(settings, driver_enabled, cluster_paths):
     ours = {"driver": {"enabled": driver_enabled}, "toolkit": {"enabled": settings["toolkit"]},
             "cdi": {"enabled": settings["cdi"] if settings["cdi"] is not None
-                    else distro.GPU_OPERATOR_LINES[settings["line"]]["cdi_default"]}}
+                    else release_rules.GPU_OPERATOR_LINES[settings["line"]]["cdi_default"]}}
     if settings["toolkit"]:
         # the operator signals k3s's containerd there (k3s then restarts and detects the new runtimes)
         ours["toolkit"]["env"] = [{"name": "CONTAINERD_SOCKET", "value": K3S_CONTAINERD_SOCKET}]
@@ -424,7 +425,7 @@ def _values(settings, driver_enabled, cluster_paths):
 
 
 def _check_spec(extra, profile):
-    fields = distro.helmchart_spec_fields(profile)
+    fields = release_rules.helmchart_spec_fields(profile)
     for key in extra:
         if key in _SPEC_OWNED:
             raise GpuOperatorPlanError("gpu_node_operator_helmchart_spec sets %s, which the collection writes (%s)" % (
@@ -433,7 +434,7 @@ def _check_spec(extra, profile):
             raise GpuOperatorPlanError(
                 "gpu_node_operator_helmchart_spec.%s: the HelmChart of %s %s (helm-controller %s) has no such field; "
                 "the API server would drop it silently. Its fields: %s" % (
-                    key, profile["distribution"], profile["release"], distro.helm_controller_version(profile),
+                    key, profile["distribution"], profile["release"], release_rules.helm_controller_version(profile),
                     ", ".join(sorted(fields))))
 
 
@@ -482,7 +483,7 @@ def plan_cluster(cluster, settings, nodes):
     _check_spec(checked["helmchart_spec"], profile)
     values = _values(checked, _resolve_driver(checked, operator_nodes), cluster["paths"])
     chart_object, result["chart_archive_path"] = helmchart.helmchart(
-        HELMCHART_NAME, {"name": distro.GPU_OPERATOR_CHART["name"], "repo": checked["chart_repo"],
+        HELMCHART_NAME, {"name": release_rules.GPU_OPERATOR_CHART["name"], "repo": checked["chart_repo"],
                          "version": checked["chart_version"], "archive": checked["chart_archive"]},
         values, checked["namespace"], cluster["paths"]["static_charts_dir"], extra_spec=checked["helmchart_spec"])
     result["objects"] = [chart_object]

@@ -5,7 +5,7 @@
 
 """Which RuntimeClass objects a cluster needs for its NVIDIA runtime handlers (pure, no I/O).
 
-PRIVATE to the collection. Stdlib only, Python 3.8+ syntax.
+PRIVATE to the collection. Controller side.
 
 One `node.k8s.io/v1` RuntimeClass per NVIDIA handler that at least one node has, except the ones
 the cluster's release ships itself (k3s runtimes.yaml manifest, rke2-runtimeclasses chart: which
@@ -25,7 +25,8 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _manifest_yaml as manifest_yaml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _manifest_yaml as manifest_yaml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 
 API_VERSION = "node.k8s.io/v1"
 KIND = "RuntimeClass"
@@ -44,10 +45,10 @@ HANDLER_LABEL_PREFIX = "k3s-gpu.nvidia/handler."
 HANDLER_LABEL_VALUE = "true"
 
 # The RuntimeClasses NVIDIA's GPU Operator manages on a cluster where it runs: by its mode it creates
-# some and deletes the others on every reconcile, whoever made them (_distro.GPU_OPERATOR_RUNTIMECLASSES).
+# some and deletes the others on every reconcile, whoever made them (_release_rules.GPU_OPERATOR_RUNTIMECLASSES).
 # A node reporting the operator layout (gpu_operator: true) in an unknown mode implies all of them.
 OPERATOR_RUNTIMECLASSES = tuple(sorted(set(
-    name for rule in distro.GPU_OPERATOR_RUNTIMECLASSES.values() for name in rule["created"] + rule["deleted"])))
+    name for rule in release_rules.GPU_OPERATOR_RUNTIMECLASSES.values() for name in rule["created"] + rule["deleted"])))
 
 NODE_KEYS = ("host", "handlers", "gpu_operator", "operator_runtimeclasses")
 PLAN_KEYS = ("manifests", "shipped", "skipped", "handlers", "owners")
@@ -223,7 +224,7 @@ def _check_cluster(cluster):
             "cluster.runtimeclasses_disabled must be true or false (true when the servers run with "
             "disable: [%s]), got %r" % (distro.RUNTIMECLASS_SOURCES[distribution]["disable"], disabled))
     try:
-        profile = distro.profile(distribution, release, distro.newer_release_of(cluster))
+        profile = distro.profile(distribution, release, release_rules.newer_release_of(cluster))
     except distro.ReleaseError as exc:
         raise RuntimeClassPlanError("cluster.release: %s" % exc) from exc
     return str(distribution), profile, disabled

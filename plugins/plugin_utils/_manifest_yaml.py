@@ -5,7 +5,7 @@
 
 """A small, byte-stable YAML emitter for the Kubernetes manifests this collection writes.
 
-PRIVATE to the collection. Stdlib only, Python 3.8+ syntax.
+PRIVATE to the collection. Controller side, stdlib only.
 
 The manifests land in a server's auto-deploy directory, so the same objects must give the same bytes
 on every controller (no dependence on the PyYAML version or its emitter settings, or `copy` would

@@ -19,7 +19,8 @@ import yaml
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _gpu_operator as op
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as op
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 
 RELEASE = "v1.33.10+k3s1"
 
@@ -201,7 +202,7 @@ def test_helmchart_is_valid_for_the_release_line(distribution, release, controll
     if release.startswith(("v1.28.", "v1.29.", "v1.30.")):
         settings["cdi"] = False  # containerd 1.7: CDI mode needs containerd 2
     plan = op.plan_cluster(cluster_of(distribution, release), settings, OPERATOR_NODES)
-    assert distro.helm_controller_version(distro.profile(distribution, release)) == controller
+    assert release_rules.helm_controller_version(distro.profile(distribution, release)) == controller
     text = op.render_manifest(plan)
     docs = documents(text)
     assert [(d["apiVersion"], d["kind"], d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs] == [
@@ -395,7 +396,7 @@ def test_feature_table_matches_every_helmchart_fixture():
         release = next(release for distribution, release, controller in RELEASE_LINES if controller == version
                        and distribution == "rke2") if version != "v0.17.1" else "v1.36.0+k3s1"
         distribution = "rke2" if "rke2" in release else "k3s"
-        assert set(distro.helmchart_spec_fields(distro.profile(distribution, release))) == fields, version
+        assert set(release_rules.helmchart_spec_fields(distro.profile(distribution, release))) == fields, version
 
 
 def test_host_mode_takes_back_a_node_the_operator_left(sandbox):
