@@ -444,7 +444,9 @@ def test_verify_names_cdi_when_the_spec_is_missing(cluster):
     """cdi-cri: containerd resolves the plugin's CDI device names; envvar: NVIDIA's runtime (cdi mode) resolves
     NVIDIA_VISIBLE_DEVICES through the same spec. Either way a missing spec is the cdi layer."""
     spec = os.path.join(clusterlab.LAB_DIR, "cdi", clusterlab.CDI_SPEC_NAME)
-    away = os.path.join(clusterlab.LAB_DIR, clusterlab.CDI_SPEC_NAME + ".away")
+    # renamed within the spec dir: containerd's CDI cache (container-device-interface v1.1) refreshes on a Rename or a
+    # Write there, not on the Create that a spec moved in from another directory makes, so the spec comes back seen
+    away = spec + ".away"
     os.replace(spec, away)
     try:
         rc, output = run_verify(cluster, "CDI spec missing", classes=("nvidia",))
@@ -500,7 +502,9 @@ def test_doctor_names_the_pod_layer_when_only_a_pod_shows_the_break(cluster, tmp
     """The node's tree still holds its CDI spec (the node layers pass), but the spec containerd and the runtime read
     is gone: only a pod shows it, and the doctor says which layer the pod saw."""
     spec = os.path.join(clusterlab.LAB_DIR, "cdi", clusterlab.CDI_SPEC_NAME)
-    away = os.path.join(clusterlab.LAB_DIR, clusterlab.CDI_SPEC_NAME + ".away")
+    # renamed within the spec dir: containerd's CDI cache (container-device-interface v1.1) refreshes on a Rename or a
+    # Write there, not on the Create that a spec moved in from another directory makes, so the spec comes back seen
+    away = spec + ".away"
     os.replace(spec, away)
     try:
         rc, node, output = run_doctor(cluster, "CDI spec gone from the containers' view, pod layer", tmp_path,

@@ -119,3 +119,38 @@ def test_the_cluster_plan_names_the_writer_of_each_cluster():
     assert not result.get("failed"), result.get("msg")
     assert sorted((c["name"], c["writer"], c["complete"]) for c in result["clusters"]) == [
         ("default", "server1", True), ("east", "server2", True)]
+
+
+# ------------------------------------------------------------------ the error paths each action reports
+def test_a_node_that_cannot_be_read_is_named_and_nothing_changes(sandbox):
+    result = host_step(sandbox)  # an empty tree: neither k3s, rke2 nor containerd
+    assert result["failed"] and result["msg"].startswith("gpu1: neither k3s, rke2 nor containerd was found under ")
+    assert result["msg"].endswith("Nothing was changed.") and "gpu_node_distribution" in result["msg"], result["msg"]
+    assert not [key for key in result if key.startswith("_")]
+
+
+def test_the_doctor_phase_refuses_to_run_outside_check_mode(sandbox):
+    sandbox.k3s("k3s", "package")
+    result = host_step(sandbox, {"phase": "doctor"})
+    assert result["failed"] and "phase doctor only reads: run it with check_mode: true" in result["msg"]
+
+
+def test_the_upgrade_check_asks_for_its_target_release(sandbox):
+    sandbox.k3s("k3s", "package")
+    result = host_step(sandbox, {"phase": "upgrade_check"}, check_mode=True)
+    assert result["failed"] and result["msg"].startswith("Set gpu_node_target_release to the k3s or rke2 release")
+
+
+def test_the_cluster_step_refuses_bad_settings_by_name_before_any_host():
+    hostvars = {"gpu1": {}, "server1": {}}
+    action = make(gpu_cluster, {"phase": "plan", "hosts": ["gpu1"], "pattern_hosts": ["gpu1"], "servers": ["server1"]})
+    result = action.run(task_vars={"hostvars": hostvars, "runtimeclasses_method": "api"})
+    assert result["failed"] and result["msg"] == (
+        "runtimeclasses_method is api but runtimeclasses_kubeconfig is not set; set it to the kubeconfig of the cluster, "
+        "or use runtimeclasses_method=manifest. Nothing was changed.")
+
+
+def test_the_cluster_step_without_a_server_says_so():
+    action = make(gpu_cluster, {"phase": "plan", "hosts": ["gpu1"], "pattern_hosts": ["gpu1"], "servers": []})
+    result = action.run(task_vars={"hostvars": {"gpu1": {}}})
+    assert result["failed"] and "Nothing was changed." in result["msg"] and "k3s_gpu_servers" in result["msg"], result
