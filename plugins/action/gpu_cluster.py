@@ -18,6 +18,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as sp
 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_step as cluster_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
@@ -149,8 +150,8 @@ class ActionModule(ActionBase):
         """The host's reading from this run (the role's host step read it when it is a GPU node), else one now, for the
         release the role would plan for."""
         own = writer_vars.get("gpu_node_result")
-        if isinstance(own, dict) and isinstance(own.get("_info"), dict):
-            return own["_info"]
+        if isinstance(own, dict) and isinstance(own.get("node"), dict):
+            return host_state.HostState.from_result(own["node"], "%s: gpu_node_result.node" % writer).facts.reading
         release = server_vars["release"]
         distribution = server_vars["distribution"]
         if not release:

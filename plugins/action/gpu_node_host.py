@@ -19,10 +19,12 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _doctor as doctor
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as gpu_operator
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _restart as restart
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
@@ -44,6 +46,8 @@ UPGRADE_CHECK_VARS = READ_VARS + ("gpu_node_runtimes", "gpu_node_target_release"
 RESTART_VARS = READ_VARS + ("gpu_node_restart", "gpu_node_restart_timeout_seconds", "gpu_node_restart_settle_seconds")
 # gpu_node_result's keys that belong to the task that registered it, not to the result
 TASK_KEYS = ("changed", "failed", "msg", "warnings", "deprecations", "diff", "skipped", "invocation")
+# a NodeFacts handed from one phase to the next is told apart from a bad argument by this message
+STATE_FIX = "pass the registered result of the role's host step (gpu_node_result.node) unchanged"
 # the device plugin's node labels are written with the containerd step (config.yaml.d)
 DEVICE_PLUGIN_VARS = host_step.DEVICE_PLUGIN_VARS
 # the doctor playbook: what the role plans on the node, and what the doctor checks it against
@@ -91,10 +95,15 @@ class ActionModule(ActionBase):
             return self._execute_module(module_name=name, module_args=module_args, task_vars=task_vars)
 
         try:
+            if phase in ("reread", "configure"):
+                try:
+                    state = host_state.HostState.from_result(args["node"], "the argument node")
+                except K3sGpuError as exc:
+                    return host_step.failed(result, "%s: %s. Nothing was changed." % (self._host, exc))
             if phase == "plan":
                 return self._plan(result, settings, task_vars, execute_module)
             if phase == "reread":
-                return self._reread(result, settings, args["node_facts"], args["plan"], execute_module)
+                return self._reread(result, settings, state, execute_module)
             if phase == "restart":
                 return self._restart(result, settings, task_vars, execute_module)
             if phase == "upgrade_check":
@@ -102,7 +111,7 @@ class ActionModule(ActionBase):
             if phase == "doctor":
                 return self._doctor(result, settings, task_vars, execute_module)
             result["reboot_required"] = bool(self._templar.template(task_vars.get("gpu_node_reboot_required", False)))
-            return self._configure(result, settings, args["node_facts"], args["plan"], execute_module)
+            return self._configure(result, settings, state.facts, state.plan, execute_module)
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
 
@@ -113,84 +122,84 @@ class ActionModule(ActionBase):
             if found and settings["distribution"] in ("auto", found[2]):
                 settings = dict(settings, release=found[1], distribution=found[2])
                 result["release_from"] = found[0]
-        info = _read_node(execute_module, settings, settings["distribution"], settings["release"] or None)
-        if info.get("failed"):
-            return _reading_failed(result, host, info, ". Nothing was changed.")
-        result["warnings"].extend(info.pop("warnings", None) or [])
+        reading = _read_node(execute_module, settings, settings["distribution"], settings["release"] or None)
+        if reading.get("failed"):
+            return _reading_failed(result, host, reading, ". Nothing was changed.")
+        result["warnings"].extend(reading.pop("warnings", None) or [])
+        facts = host_state.NodeFacts.from_reading(reading)
         plan_settings = dict((k, settings[k]) for k in (
             "force", "root", "mode", "operator_toolkit", "operator_driver", "toolkit_install", "driver_install",
             "driver_reboot", "default_runtime", "remove_operator_leftovers", "state", "absent_remove_toolkit",
             "absent_remove_driver"))
         plan_settings["local_connection"] = task_vars.get("ansible_connection", "ssh") == "local"
         try:
-            plan = host_step.plan_host(info, plan_settings, host)
-            if plan.get("selected"):
+            plan = host_step.plan_host(facts, plan_settings, host)
+            if plan.selected:
                 host_step.device_plugin_labels(settings, host)  # the sharing settings refused before any install
         except gpu_operator.GpuOperatorPlanError as exc:
             return host_step.failed(result, str(exc))
-        for message in plan["messages"]:
+        for message in plan.messages:
             display.display(message)
-        mode = plan["mode"]
-        cdi = host_step.cdi_due(info, plan, settings)
-        devices = self._device_steps(info, plan, settings)
-        due = plan["selected"] and bool(mode.get("install_driver") or mode.get("install_toolkit")
-                                        or mode.get("remove_host_toolkit") or mode.get("remove_driver")
-                                        or mode.get("remove_operator_leftovers") or cdi
-                                        or devices["dev_char_due"] or devices["cdi_refresh_due"])
-        result.update(_info=info, _plan=plan, install_due=due, cdi_due=cdi, _cdi_marker=host_step.cdi_marker(settings),
-                      **devices)
-        if not plan["selected"] or due:
-            result.update(host_step.node_result(plan, info, None))
+        cdi = host_step.cdi_due(facts, plan, settings)
+        devices = self._device_steps(facts, plan, settings)
+        due = plan.selected and bool(plan.mode.installs_or_removes or cdi or devices["dev_char_due"]
+                                     or devices["cdi_refresh_due"])
+        result.update(install_due=due, cdi_due=cdi, **devices)
+        if not plan.selected or due:
+            result.update(host_step.node_result(plan, facts, None),
+                          node=host_state.HostState(facts, plan, host_step.cdi_marker(settings)).to_result())
             return result
-        return self._configure(result, settings, info, plan, execute_module)
+        return self._configure(result, settings, facts, plan, execute_module)
 
-    def _reread(self, result, settings, info, plan, execute_module):
+    def _reread(self, result, settings, state, execute_module):
         """After the installs: the node as it is now (runtimes, nvidia-ctk, driver), and whether the CDI spec is due."""
-        fresh = _read_node(execute_module, settings, info["distribution"], info["release"])
-        if fresh.get("failed"):
-            message = host_step.in_role_terms(fresh.get("msg")).rstrip(".")
+        reading = _read_node(execute_module, settings, state.facts.distribution, state.facts.release)
+        if reading.get("failed"):
+            message = host_step.in_role_terms(reading.get("msg")).rstrip(".")
             return host_step.failed(result, "%s: reading the node after the installs failed: %s" % (self._host, message))
-        fresh.pop("warnings", None)  # said by the first reading
-        result.update(host_step.node_result(plan, fresh, None), _info=fresh, _plan=plan, install_due=False,
-                      cdi_due=host_step.cdi_due(fresh, plan, settings), _cdi_marker=host_step.cdi_marker(settings),
+        reading.pop("warnings", None)  # said by the first reading
+        fresh, plan = host_state.NodeFacts.from_reading(reading), state.plan
+        result.update(host_step.node_result(plan, fresh, None), install_due=False,
+                      cdi_due=host_step.cdi_due(fresh, plan, settings),
+                      node=host_state.HostState(fresh, plan, host_step.cdi_marker(settings)).to_result(),
                       **self._device_steps(fresh, plan, settings))
         return result
 
     @staticmethod
-    def _device_steps(info, plan, settings):
+    def _device_steps(facts, plan, settings):
         """The node's device steps the role's tasks take: the /dev/char links and their udev rule, nvidia-cdi-refresh."""
-        return {"dev_char_due": host_step.dev_char_due(info, plan, settings) or False,
-                "cdi_refresh_due": host_step.cdi_refresh_due(info, plan, settings)}
+        return {"dev_char_due": host_step.dev_char_due(facts, plan, settings) or False,
+                "cdi_refresh_due": host_step.cdi_refresh_due(facts, plan, settings)}
 
-    def _configure_params(self, settings, info, plan):
+    def _configure_params(self, settings, facts, plan):
         """containerd_runtimes' options for the role's settings and plan (the node labels may refuse: raises)."""
         absent = settings["state"] == "absent"
         params = dict(
-            state=settings["state"], root=settings["root"], distribution=info["distribution"], release=info["release"],
+            state=settings["state"], root=settings["root"], distribution=facts.distribution, release=facts.release,
             newer_release=settings["newer_release"], data_dir=settings["data_dir"] or None,
             toolkit_dirs=settings["toolkit_dirs"], runtimes=settings["runtimes"] or None,
-            default_runtime=plan["mode"].get("default_runtime") or None, enable_cdi=settings["enable_cdi"],
+            default_runtime=plan.mode.default_runtime or None, enable_cdi=settings["enable_cdi"],
             # k3s/rke2 add node-label entries to the node at every start (labels are added, never removed)
-            handler_labels=settings["handler_labels"] if info["distribution"] in (distro.K3S, distro.RKE2) else None,
-            backup=settings["backup"], node_facts=info,
+            handler_labels=settings["handler_labels"] if facts.distribution in (distro.K3S, distro.RKE2) else None,
+            backup=settings["backup"], node_facts=facts.reading,
             # the release the inventory asks for: its template check is reported before the upgrade reaches the node
-            target_release=settings["target_release"] if settings["target_release"] not in ("", info["release"]) and not absent
+            target_release=settings["target_release"] if settings["target_release"] not in ("", facts.release) and not absent
             else None)
         if params["handler_labels"] is not None:
             params["node_labels"] = host_step.device_plugin_labels(settings, self._host)
         return params
 
-    def _configure(self, result, settings, info, plan, execute_module):
+    def _configure(self, result, settings, facts, plan, execute_module):
         absent = settings["state"] == "absent"
         try:
-            params = self._configure_params(settings, info, plan)
+            params = self._configure_params(settings, facts, plan)
         except gpu_operator.GpuOperatorPlanError as exc:
             return host_step.failed(result, "%s. Nothing was changed." % str(exc).rstrip("."))
         validated = ArgumentSpecValidator(configure.SPEC).validate(params)
         if validated.error_messages:
             return host_step.failed(result, "; ".join(validated.error_messages))
         # state absent: the CDI spec the role generated goes in the same node_files execution
-        extra, extra_warnings = host_step.cdi_spec_changes(info, settings) if absent else ([], [])
+        extra, extra_warnings = host_step.cdi_spec_changes(facts, settings) if absent else ([], [])
         result["warnings"].extend(extra_warnings)
         runtimes = configure.run({}, validated.validated_parameters, execute_module, self._task.diff, own_files=True,
                                  extra_changes=extra)
@@ -199,9 +208,10 @@ class ActionModule(ActionBase):
             if key in runtimes:
                 result[key] = runtimes[key]
         reboot = result.get("reboot_required", False)
-        result.update(host_step.node_result(plan, info, runtimes), _info=info, _plan=plan, _runtimes=runtimes)
+        state = host_state.HostState(facts, plan, host_step.cdi_marker(settings), host_state.Changes.of_step(runtimes))
+        result.update(host_step.node_result(plan, facts, runtimes), node=state.to_result())
         # for the cluster step's device plugin: this node's CDI readiness and its named plugin config
-        result.update(cdi=host_step.cdi_readiness(info, plan, settings), device_plugin_config=settings["device_plugin_config"])
+        result.update(cdi=host_step.cdi_readiness(facts, plan, settings), device_plugin_config=settings["device_plugin_config"])
         result.update(reboot_required=reboot, install_due=False, cdi_due=False, dev_char_due=False, cdi_refresh_due=False)
         if runtimes.get("failed"):
             changed = result.get("changed", False)
@@ -221,29 +231,29 @@ class ActionModule(ActionBase):
             found = host_step.inventory_release(task_vars, self._templar.template)
             if found and settings["distribution"] in ("auto", found[2]):
                 settings = dict(settings, release=found[1], distribution=found[2])
-        info = _read_node(execute_module, settings, settings["distribution"], settings["release"] or None)
-        if info.get("failed"):
-            result["doctor"] = doctor.unread(host, host_step.in_role_terms(info.get("msg")))
+        reading = _read_node(execute_module, settings, settings["distribution"], settings["release"] or None)
+        if reading.get("failed"):
+            result["doctor"] = doctor.unread(host, host_step.in_role_terms(reading.get("msg")))
             return result
-        info.pop("warnings", None)
-        self._doctor_generated_config(settings, info, execute_module)
+        reading.pop("warnings", None)
+        facts = host_state.NodeFacts.from_reading(reading)
+        self._doctor_generated_config(settings, facts, execute_module)
         node = {"mode": settings["mode"], "operator_namespace": settings["operator_namespace"],
                 "toolkit_version": settings["toolkit_version"], "toolkit_install": settings["toolkit_install"],
                 "enable_cdi": settings["enable_cdi"], "device_list_strategy": settings["device_plugin_device_list_strategy"],
                 "cdi_spec_path": settings["cdi_spec_path"], "cdi_refresh": settings["cdi_refresh"],
-                "unit": (info.get("units") or [None])[0], "handlers": [r["name"] for r in info["release_runtimes"]
-                                                                       if r["name"].startswith("nvidia")]}
+                "unit": (facts.units or [None])[0], "handlers": [h for h in facts.handlers if h.startswith("nvidia")]}
         try:
             node["labels"] = host_step.device_plugin_labels(settings, host)
         except gpu_operator.GpuOperatorPlanError:
             node["labels"] = []  # the plan refuses the same settings, and says so
-        self._doctor_plan(node, settings, info, execute_module)
-        node["services"] = self._doctor_services(settings, info, node["unit"], execute_module)
-        node["existing_binaries"] = self._doctor_binaries(settings, info, execute_module)
-        result["doctor"] = doctor.check_node(host, info, node)
+        self._doctor_plan(node, settings, facts, execute_module)
+        node["services"] = self._doctor_services(settings, facts, node["unit"], execute_module)
+        node["existing_binaries"] = self._doctor_binaries(settings, facts, execute_module)
+        result["doctor"] = doctor.check_node(host, facts.reading, node)
         return result
 
-    def _doctor_plan(self, node, settings, info, execute_module):
+    def _doctor_plan(self, node, settings, facts, execute_module):
         """What the role would do here: its refusal, the handlers it writes or relies on, the files it would change."""
         plan_settings = dict((k, settings[k]) for k in (
             "force", "root", "mode", "operator_toolkit", "operator_driver", "toolkit_install", "driver_install",
@@ -253,10 +263,10 @@ class ActionModule(ActionBase):
         # is (a template that breaks with the toolkit installed is the configure step's refusal then, not the install's)
         plan_settings.update(local_connection=False, toolkit_install=False, driver_install=False)
         try:
-            plan = host_step.plan_host(info, plan_settings, self._host)
-            if not plan.get("selected"):
+            plan = host_step.plan_host(facts, plan_settings, self._host)
+            if not plan.selected:
                 return
-            params = self._configure_params(settings, info, plan)
+            params = self._configure_params(settings, facts, plan)
         except gpu_operator.GpuOperatorPlanError as exc:
             node["refusal"] = str(exc).rstrip(".")
             return
@@ -270,19 +280,19 @@ class ActionModule(ActionBase):
         node["changes"] = [f for f in checked.get("files") or [] if f.get("action") in ("created", "updated", "removed")]
 
     @staticmethod
-    def _doctor_generated_config(settings, info, execute_module):
+    def _doctor_generated_config(settings, facts, execute_module):
         """The text of the config.toml k3s/rke2 wrote at its last start (the reading has only its facts)."""
-        generated = (info.get("files") or {}).get("generated_config") or {}
+        generated = facts.files.get("generated_config") or {}
         if generated.get("state") != "file" or "content" in generated:
             return
         read = execute_module("ansible.builtin.slurp", {"src": settings["root"].rstrip("/") + generated["path"]})
         if not read.get("failed") and "content" in read:
             generated["content"] = base64.b64decode(read["content"]).decode("utf-8", "replace")
 
-    def _doctor_services(self, settings, info, unit, execute_module):
+    def _doctor_services(self, settings, facts, unit, execute_module):
         """{unit: ActiveState, or not-found} of k3s/rke2, the fabric manager and persistenced, on a live root with
         systemd; {} in a sandbox tree (nothing to ask)."""
-        if settings["root"] not in ("/", "") or not info.get("systemd"):
+        if settings["root"] not in ("/", "") or not facts.reading.get("systemd"):
             return {}
         states = {}
         for name in [u for u in (unit, doctor.FABRIC_MANAGER_UNIT, doctor.PERSISTENCED_UNIT) if u]:
@@ -291,11 +301,11 @@ class ActionModule(ActionBase):
             states[name] = "not-found" if status.get("LoadState") == "not-found" else status.get("ActiveState", "unknown")
         return states
 
-    def _doctor_binaries(self, settings, info, execute_module):
+    def _doctor_binaries(self, settings, facts, execute_module):
         """The BinaryNames of what containerd loads that exist and are executable on the node (those detection found,
         and the others looked at one by one)."""
-        found = set(r["binary"] for r in list(info.get("runtimes") or []) + list(info.get("release_runtimes") or []))
-        for binary, _path in doctor.loaded_runtimes(info).values():
+        found = set(r["binary"] for r in facts.runtimes + facts.release_runtimes)
+        for binary, _path in doctor.loaded_runtimes(facts.reading).values():
             if binary and binary not in found and binary.startswith("/"):
                 looked = execute_module("ansible.builtin.stat", {"path": settings["root"].rstrip("/") + binary})
                 stat = looked.get("stat") or {}
@@ -310,22 +320,23 @@ class ActionModule(ActionBase):
         if not target:
             return host_step.failed(result, "Set gpu_node_target_release to the k3s or rke2 release the nodes are about to "
                                             "get (for example v1.35.3+k3s1 or v1.35.3+rke2r1). Nothing was checked.")
-        info = _read_node(execute_module, settings, settings["distribution"], settings["release"] or None)
-        if info.get("failed"):
-            return _reading_failed(result, host, info, ". Nothing was checked.")
-        result["warnings"].extend(info.pop("warnings", None) or [])
-        if info["distribution"] not in (distro.K3S, distro.RKE2):
-            result.update(skipped=True, msg="%s: %s has no k3s/rke2 template to check" % (host, info["distribution"]))
+        reading = _read_node(execute_module, settings, settings["distribution"], settings["release"] or None)
+        if reading.get("failed"):
+            return _reading_failed(result, host, reading, ". Nothing was checked.")
+        result["warnings"].extend(reading.pop("warnings", None) or [])
+        facts = host_state.NodeFacts.from_reading(reading)
+        if facts.distribution not in (distro.K3S, distro.RKE2):
+            result.update(skipped=True, msg="%s: %s has no k3s/rke2 template to check" % (host, facts.distribution))
             return result
-        params = dict(root=settings["root"], distribution=info["distribution"], release=info["release"],
+        params = dict(root=settings["root"], distribution=facts.distribution, release=facts.release,
                       newer_release=settings["newer_release"], data_dir=settings["data_dir"] or None,
                       toolkit_dirs=settings["toolkit_dirs"], runtimes=settings["runtimes"] or None, target_release=target,
-                      node_facts=info)
+                      node_facts=facts.reading)
         checked = configure.run({}, ArgumentSpecValidator(configure.SPEC).validate(params).validated_parameters,
                                 execute_module, False)
         result["warnings"].extend(checked.pop("warnings", None) or [])
         refused = checked.get("msg") if checked.get("failed") else ""
-        report = dict(node=host, release="%s -> %s" % (info["release"], target), refused_now=refused,
+        report = dict(node=host, release="%s -> %s" % (facts.release, target), refused_now=refused,
                       breaks_on_target=checked.get("upgrade_findings") or [],
                       warnings_now=[f for f in checked.get("template_findings") or [] if f.get("when") != "upgrade"])
         result.update(changed=False, report=report)
@@ -340,15 +351,19 @@ class ActionModule(ActionBase):
         """The handler: restart the service once after a change to a file it reads at start, verify it, and roll back
         (and fail the host) when it is not healthy. Returns gpu_node_result with restarted and verified."""
         node = self._templar.template(task_vars.get("gpu_node_result") or {})
-        info, runtimes = node.get("_info") or {}, node.get("_runtimes") or {}
         result.update((k, v) for k, v in node.items() if k not in TASK_KEYS and not k.startswith("_ansible"))
         # what the host step changed, for the summary: this task's own `changed` is the restart only
         result["host_changed"] = bool(node.get("host_changed", node.get("changed")))
-        units = info.get("units") or []
-        reason = restart.why_not(bool(self._task.check_mode), settings["restart"], (node.get("_plan") or {}).get("live"), units)
+        try:
+            state = host_state.HostState.from_result(node.get("node"))
+        except K3sGpuError as exc:
+            return host_step.failed(result, "%s: nothing to restart: %s" % (self._host, exc))
+        facts, changes = state.facts, state.changes or host_state.Changes()
+        units = facts.units
+        reason = restart.why_not(bool(self._task.check_mode), settings["restart"], state.plan.live, units)
         if reason:
             display.display("%s: the containerd configuration changed; restart %s to apply it (%s)." % (
-                self._host, units[0] if units else info.get("distribution"), reason))
+                self._host, units[0] if units else facts.distribution, reason))
             result["changed"] = False
             return result
         unit = units[0]
@@ -373,25 +388,24 @@ class ActionModule(ActionBase):
         if first[0] == "active":
             time.sleep(settle)  # longer than the unit's restart delay: a crash loop shows as a restart
         second = restart.unit_state(systemd().get("status"))
-        after = _read_node(execute_module, settings, info.get("distribution"), info.get("release"))
-        found = restart.problems(unit, first, second, restart.expected_runtimes(runtimes), after.get("loaded_config"),
-                                 timeout, settle)
+        after = _read_node(execute_module, settings, facts.distribution, facts.release)
+        found = restart.problems(unit, first, second, changes.handlers, after.get("loaded_config"), timeout, settle)
         result.update(restarted=True, verified=not found)
         if found:
-            self._roll_back(result, runtimes, unit, found, execute_module)
+            self._roll_back(result, changes, unit, found, execute_module)
         return result
 
-    def _roll_back(self, result, runtimes, unit, found, execute_module):
+    def _roll_back(self, result, changes, unit, found, execute_module):
         journal = execute_module("ansible.builtin.command", {"argv": [
             "journalctl", "--unit", unit, "--lines", str(restart.JOURNAL_LINES), "--no-pager", "--output", "cat"]})
-        created, restored = restart.rollback(runtimes.get("files") or [])
+        created, restored = restart.rollback(changes.files)
         undone = []
         for path in created:
             undone.append((path, execute_module("ansible.builtin.file", {"path": path, "state": "absent"})))
         for backup, path in restored:
             undone.append((path, execute_module("ansible.builtin.copy", {"src": backup, "dest": path, "remote_src": True,
                                                                          "mode": "preserve"})))
-        rewrites = restart.rewritten(runtimes.get("files") or [])
+        rewrites = restart.rewritten(changes.files)
         if rewrites:
             # the text the run read, written back by the collection's own writer (the copy module alone takes no
             # `content`: that is its action plugin's work)

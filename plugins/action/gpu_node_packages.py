@@ -309,7 +309,7 @@ class ActionModule(ActionBase):
     def _driver_before(self):
         """The driver the host step read before the install ({loaded, version})."""
         node = self._templar.template(self._task_vars.get("gpu_node_result") or {})
-        return ((node.get("_info") or {}).get("driver")) or {}
+        return ((node.get("node") or {}).get("facts") or {}).get("driver") or {}
 
     def _rebuild_initramfs(self, family):
         argv, tool = INITRAMFS[family]

@@ -82,11 +82,10 @@ NODE_FILES_SPEC = dict(files=dict(type="list", elements="dict", required=True, o
 # validates its arguments with it, so that a bad value is refused by name before anything runs.
 GPU_NODE_HOST_SPEC = dict(
     phase=dict(type="str", default="plan", choices=["plan", "reread", "configure", "restart", "upgrade_check", "doctor"]),
-    node_facts=dict(type="dict"),
-    plan=dict(type="dict"),
+    node=dict(type="dict"),
     fail=dict(type="bool", default=True),
 )
-GPU_NODE_HOST_REQUIRED_IF = [("phase", "reread", ("node_facts", "plan")), ("phase", "configure", ("node_facts", "plan"))]
+GPU_NODE_HOST_REQUIRED_IF = [("phase", "reread", ("node",)), ("phase", "configure", ("node",))]
 
 CLUSTER_OBJECTS = ["gpu_operator", "runtimeclasses", "device_plugin"]
 GPU_CLUSTER_SPEC = dict(

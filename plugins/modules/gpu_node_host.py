@@ -29,7 +29,7 @@ options:
   phase:
     description:
       - V(plan) reads, decides and configures when nothing is due to be installed; V(reread) reads the node again after
-        the role's installs and decides whether the CDI spec is due; V(configure) configures from O(node_facts) and O(plan).
+        the role's installs and decides whether the CDI spec is due; V(configure) configures from O(node).
       - V(restart) (the role's handler) restarts the k3s/rke2/containerd unit, verifies it (active, stable past
         C(gpu_node_restart_settle_seconds), every expected runtime table in the loaded config) and rolls back and fails
         when it is not healthy; it returns C(gpu_node_result) with C(restarted) and C(verified).
@@ -44,11 +44,10 @@ options:
     description: O(phase=upgrade_check) - fail a node whose template breaks on the target release or is refused now.
     type: bool
     default: true
-  node_facts:
-    description: The reading of the earlier phase (required with O(phase=reread) and O(phase=configure)).
-    type: dict
-  plan:
-    description: The decision of the V(plan) phase (required with O(phase=reread) and O(phase=configure)).
+  node:
+    description:
+      - What the earlier phase read and decided (its RV(node), passed unchanged): required with O(phase=reread) and
+        O(phase=configure).
     type: dict
 seealso:
   - module: k3s_gpu.nvidia.containerd_runtimes
@@ -68,6 +67,13 @@ status:
   returned: always
   type: str
   sample: configured
+node:
+  description:
+    - What this phase read and decided, for the next phase, the package step, the handler and the cluster step
+      (C(facts), the node's reading as M(k3s_gpu.nvidia.runtime_info) returns it; C(plan); C(cdi_marker); C(changes),
+      the files the containerd step wrote and the handlers it expects). Internal to the role; not part of a failed result.
+  returned: success
+  type: dict
 install_due:
   description: Whether the role installs, removes or generates something before it configures containerd.
   returned: success

@@ -16,6 +16,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes_engine
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as gpu_operator
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 
 # module options named in messages of the modules, and the role variables a user sets instead
@@ -48,14 +49,13 @@ def inventory_release(task_vars, template):
     return None
 
 
-def cdi_due(info, plan, settings):
+def cdi_due(facts, plan, settings):
     """nvidia-ctk runs only when the spec is missing or does not fit the loaded driver and its GPUs."""
-    if not (plan["selected"] and settings["cdi_generate"] and plan["mode"].get("generate_cdi") and plan["live"]):
+    if not (plan.selected and settings["cdi_generate"] and plan.mode.generate_cdi and plan.live):
         return False
-    if (info.get("toolkit") or {}).get("nvidia_ctk") is None or not (info["driver"]["loaded"] or settings["force"]):
+    if facts.nvidia_ctk is None or not (facts.driver["loaded"] or settings["force"]):
         return False
-    return not any(spec.get("path") == settings["cdi_spec_path"] and spec.get("current")
-                   for spec in info["cdi"]["specs"])
+    return not any(spec.get("path") == settings["cdi_spec_path"] and spec.get("current") for spec in facts.cdi["specs"])
 
 
 def dev_char_rule_text(nvidia_ctk):
@@ -70,25 +70,25 @@ def nvidia_device_nodes(driver):
     return [d for d in driver.get("devices") or [] if re.match(r"^/dev/nvidia(\d+|ctl)$", d)]
 
 
-def dev_char_due(info, plan, settings):
+def dev_char_due(facts, plan, settings):
     """What the role does for the /dev/char links (gpu_node_dev_char_symlinks), on a real root in host mode:
     {"rule": "write" | "remove" | None, "links": bool, "path", "text"}, or None when nothing is due.
 
     The rule is written once nvidia-ctk is there, the driver loaded or not (it fires when the driver binds after the
     reboot into a new driver), where udev is installed (its rules directory exists); the links are made now only when
     the driver is loaded and one is missing. State absent removes a rule that starts with the role's marker line."""
-    if not (plan["selected"] and plan["live"]):
+    if not (plan.selected and plan.live):
         return None
-    rule = (info.get("driver") or {}).get("dev_char_rule") or {}
+    rule = facts.driver.get("dev_char_rule") or {}
     ours = rule.get("state") == "file" and (rule.get("content") or "").startswith(release_rules.DEV_CHAR_RULE_MARKER)
     if settings.get("state") == "absent":
         return {"rule": "remove", "links": False, "path": distro.DEV_CHAR_RULE, "text": None} if ours else None
-    ctk = (info.get("toolkit") or {}).get("nvidia_ctk")
-    if not (settings.get("dev_char_symlinks") and plan["mode"].get("mode") == "host" and ctk):
+    ctk = facts.nvidia_ctk
+    if not (settings.get("dev_char_symlinks") and plan.mode.mode == "host" and ctk):
         return None
     text = dev_char_rule_text(ctk)
     write = (rule.get("state") == "absent" and rule.get("parent_exists")) or (ours and rule.get("content") != text)
-    driver = info.get("driver") or {}
+    driver = facts.driver
     linked = set(driver.get("char_links") or [])
     links = bool(driver.get("loaded")) and any(d not in linked for d in nvidia_device_nodes(driver))
     if not (write or links):
@@ -97,12 +97,12 @@ def dev_char_due(info, plan, settings):
             "nvidia_ctk": ctk}
 
 
-def cdi_refresh_due(info, plan, settings):
+def cdi_refresh_due(facts, plan, settings):
     """Whether the role enables the toolkit's nvidia-cdi-refresh.path (gpu_node_cdi_refresh): on a real root in host
     mode, where the toolkit ships the unit, it is not enabled yet, and the role's spec is the one the unit writes."""
-    refresh = (info.get("toolkit") or {}).get("cdi_refresh") or {}
-    return bool(plan["selected"] and plan["live"] and settings.get("state") != "absent" and settings.get("cdi_refresh")
-                and settings.get("cdi_generate") and plan["mode"].get("mode") == "host" and refresh.get("unit")
+    refresh = facts.toolkit.get("cdi_refresh") or {}
+    return bool(plan.selected and plan.live and settings.get("state") != "absent" and settings.get("cdi_refresh")
+                and settings.get("cdi_generate") and plan.mode.mode == "host" and refresh.get("unit")
                 and not refresh.get("enabled") and settings.get("cdi_spec_path") == release_rules.CDI_REFRESH_OUTPUT)
 
 
@@ -145,29 +145,29 @@ def device_plugin_labels(settings, host):
         raise gpu_operator.GpuOperatorPlanError("%s: %s" % (host or "this host", str(exc).rstrip("."))) from exc
 
 
-def cdi_readiness(info, plan, settings):
+def cdi_readiness(facts, plan, settings):
     """What the device plugin's CDI choice needs to know of this node: CDI on in containerd (as configured, or the
     release's default) and a current NVIDIA spec (or one this run generated: the spec was due before the configure
     step, and the role generates it in between)."""
     enabled = settings.get("enable_cdi")
     if enabled is None:
-        enabled = bool((info.get("profile") or {}).get("cdi_default_on"))
-    spec = any(s.get("kind") == "nvidia.com/gpu" and s.get("current") for s in (info.get("cdi") or {}).get("specs") or [])
-    return {"enabled": bool(enabled), "spec": spec or cdi_due(info, plan, settings)}
+        enabled = bool(facts.profile.get("cdi_default_on"))
+    spec = any(s.get("kind") == "nvidia.com/gpu" and s.get("current") for s in facts.cdi.get("specs") or [])
+    return {"enabled": bool(enabled), "spec": spec or cdi_due(facts, plan, settings)}
 
 
-def node_result(plan, info, runtimes):
+def node_result(plan, facts, runtimes):
     """gpu_node_result, in one place: the plan's skeleton and what the containerd step did."""
-    result = dict(plan["result"])
+    result = dict(plan.result)
     if runtimes is None:
         return result
     written = [r["name"] for r in runtimes.get("runtimes_written") or []]
     skipped = runtimes.get("runtimes_skipped") or []
     result.update(
-        runtimes_detected=[r["name"] for r in info["release_runtimes"]], written=written,
+        runtimes_detected=facts.handlers, written=written,
         rendered_by_release=[r["name"] for r in skipped], runtimes_skipped=skipped,
         handlers=sorted(set(written) | set(r["name"] for r in skipped)),
-        gpu_operator=info["gpu_operator"]["present"], operator_runtimes=list(info["gpu_operator"]["runtimes"]),
+        gpu_operator=facts.gpu_operator["present"], operator_runtimes=list(facts.gpu_operator["runtimes"]),
         template_findings=runtimes.get("template_findings") or [], upgrade_findings=runtimes.get("upgrade_findings") or [],
         runtime_in_use=runtimes.get("runtime_in_use"), cgroup_driver_mismatch=runtimes.get("cgroup_driver_mismatch"),
         default_runtime=runtimes.get("default_runtime"), node_labels=runtimes.get("node_labels"),
@@ -181,17 +181,17 @@ def cdi_marker(settings):
     return "" if settings["cdi_spec_path"].endswith(".json") else distro.CDI_SPEC_MARKER
 
 
-def cdi_spec_changes(info, settings):
+def cdi_spec_changes(facts, settings):
     """State absent: the CDI spec at gpu_node_cdi_spec_path goes when the role generated it (its marker line first).
 
     Returns (changes for _configure.run's extra_changes, warnings)."""
     path = settings["cdi_spec_path"]
-    for spec in (info.get("cdi") or {}).get("specs") or []:
+    for spec in facts.cdi.get("specs") or []:
         if spec.get("path") != path:
             continue
         if spec.get("generated_by_collection"):
             devices = spec.get("devices") or []
-            return [{"key": "cdi_spec", "node_path": path, "path": changes_engine.host_path(info["root"], path),
+            return [{"key": "cdi_spec", "node_path": path, "path": changes_engine.host_path(facts.root, path),
                      "before": "%s\n# (the CDI spec of %s, %d devices: %s)\n" % (
                          distro.CDI_SPEC_MARKER, spec.get("kind"), len(devices), ", ".join(devices)),
                      "after": None, "exists": True, "parent_exists": True, "sha1": spec.get("sha1")}], []
@@ -201,7 +201,7 @@ def cdi_spec_changes(info, settings):
     return [], []
 
 
-def plan_absent(info, settings, host):
+def plan_absent(facts, settings, host):
     """gpu_node_state=absent: the plan that takes back what the collection wrote on the host, on every host (a GPU
     is not needed to take files back). The packages go only with gpu_node_absent_remove_toolkit /
     gpu_node_absent_remove_driver, on a real root."""
@@ -209,7 +209,7 @@ def plan_absent(info, settings, host):
     live = settings["root"] in ("/", "")
     remove_toolkit = bool(settings["absent_remove_toolkit"]) and live
     # the GPU Operator's driver container has no host packages to remove
-    remove_driver = bool(settings.get("absent_remove_driver")) and live and not info["gpu_operator"].get("driver_container")
+    remove_driver = bool(settings.get("absent_remove_driver")) and live and not facts.gpu_operator.get("driver_container")
     messages = []
     for wanted, what in ((settings["absent_remove_toolkit"], "NVIDIA container toolkit"),
                          (settings.get("absent_remove_driver"), "NVIDIA driver")):
@@ -217,26 +217,23 @@ def plan_absent(info, settings, host):
             messages.append("%s: the %s packages are not removed (gpu_node_root is a sandbox tree)." % (who, what))
     if settings.get("absent_remove_driver") and live and not remove_driver:
         messages.append("%s: the NVIDIA driver is not removed: the GPU Operator's driver container owns it." % who)
-    mode = {"mode": settings["mode"], "state": "absent", "install_toolkit": False, "remove_host_toolkit": remove_toolkit,
-            "remove_toolkit_source": remove_toolkit, "remove_driver": remove_driver, "remove_operator_leftovers": False,
-            "install_driver": False,
-            "generate_cdi": False, "default_runtime": "", "pending": [],
-            "owners": dict((r["name"], r["owner"]) for r in info["runtimes"]), "operator_handlers": []}
+    mode = host_state.Mode(mode=settings["mode"], state="absent", remove_host_toolkit=remove_toolkit,
+                           remove_toolkit_source=remove_toolkit, remove_driver=remove_driver,
+                           owners=dict((r["name"], r["owner"]) for r in facts.runtimes))
     result = {
-        "status": "absent", "reason": "", "state": "absent", "distribution": info["distribution"],
-        "release": info["release"], "runtimes_detected": [r["name"] for r in info["release_runtimes"]],
-        "gpu_operator": info["gpu_operator"]["present"], "mode": settings["mode"],
-        "operator_runtimes": list(info["gpu_operator"]["runtimes"]), "pending": [], "handlers": [], "written": [],
+        "status": "absent", "reason": "", "state": "absent", "distribution": facts.distribution,
+        "release": facts.release, "runtimes_detected": facts.handlers,
+        "gpu_operator": facts.gpu_operator["present"], "mode": settings["mode"],
+        "operator_runtimes": list(facts.gpu_operator["runtimes"]), "pending": [], "handlers": [], "written": [],
         "rendered_by_release": [], "runtimes_skipped": [], "restarted": False, "verified": None, "reboot_required": False,
     }
-    return {"selected": True, "live": live, "mode": mode, "messages": messages, "result": result}
+    return host_state.Plan(selected=True, live=live, mode=mode, messages=messages, result=result)
 
 
 def failed(result, msg):
     """A refusal as the role reports it: one message, cause and fix first (a warning that says the same is dropped),
-    and none of the step's internal state (the reading, the plan: the keys that start with an underscore)."""
-    for key in [k for k in result if k.startswith("_")]:
-        del result[key]
+    and none of the step's internal state (the host state it hands to the next phase)."""
+    result.pop("node", None)
     result.update(failed=True, changed=False, msg=msg)
     warnings = [w for w in result.get("warnings") or [] if str(w).rstrip(".") not in msg]
     if warnings:
@@ -246,18 +243,18 @@ def failed(result, msg):
     return result
 
 
-def plan_host(info, settings, host):
+def plan_host(facts, settings, host):
     """The role's first decision about a host (_gpu_operator.plan_host, or plan_absent for gpu_node_state=absent),
     and the refusal of a toolkit install that would break the node's template. Raises GpuOperatorPlanError with the
     message for the user."""
     if settings.get("state") == "absent":
-        return plan_absent(info, settings, host)
-    plan = gpu_operator.plan_host(info, settings, host=host)
-    plan["result"]["state"] = "present"
-    if plan.get("selected") and plan["mode"].get("install_toolkit"):
+        return plan_absent(facts, settings, host)
+    plan = host_state.Plan.from_dict(gpu_operator.plan_host(facts.reading, settings, host=host))
+    plan.result["state"] = "present"
+    if plan.selected and plan.mode.install_toolkit:
         # the install makes k3s detect nvidia/nvidia-cdi at its next start: a template that breaks then
         # is refused now, before a package is installed
-        refusal = changes_engine.refusal_before_install(info)
+        refusal = changes_engine.refusal_before_install(facts.reading)
         if refusal:
             raise gpu_operator.GpuOperatorPlanError(
                 "%s: the NVIDIA toolkit is not installed, because %s" % (host or "this host", refusal))

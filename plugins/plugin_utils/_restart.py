@@ -34,11 +34,6 @@ def unit_state(status):
     return [str((status or {}).get(key, "")) for key in STATE_KEYS]
 
 
-def expected_runtimes(runtimes):
-    """The runtime tables the loaded config must declare: those written and those the release renders itself."""
-    return sorted(set(r["name"] for r in (runtimes.get("runtimes_written") or []) + (runtimes.get("runtimes_skipped") or [])))
-
-
 def problems(unit, first, second, expected, loaded_config, timeout, settle):
     """What is wrong with the restarted service ([] when healthy). first, second: unit_state() of the two readings."""
     found = []

@@ -97,7 +97,7 @@ def test_a_role_variable_of_the_wrong_type_is_refused_by_its_name(sandbox):
 
 @pytest.mark.parametrize("module,args,words", [
     (gpu_node_host, {"phase": "bogus"}, "value of phase must be one of: plan, reread, configure, restart, upgrade_check, doctor, got: bogus"),
-    (gpu_node_host, {"phase": "configure"}, "phase is configure but all of the following are missing: node_facts, plan"),
+    (gpu_node_host, {"phase": "configure"}, "phase is configure but all of the following are missing: node"),
     (gpu_node_host, {"phase": "plan", "fail": "perhaps"}, "fail"),
     (gpu_node_host, {"phases": "plan"}, "Unsupported parameters"),
     (gpu_cluster, {"phase": "bogus"}, "value of phase must be one of: plan, read, apply, inspect, got: bogus"),

@@ -15,6 +15,7 @@ from __future__ import annotations
 from unittest import mock
 
 from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_node_host as action_plugin
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
 
 TEMPLATE = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"
 DROPIN = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml"
@@ -32,7 +33,7 @@ def roll_back(files, failing=()):
                                         mock.MagicMock(), mock.MagicMock())
     action._host = "gpu1"  # pylint: disable=protected-access
     result = {}
-    action._roll_back(result, {"files": files}, "k3s-agent", ["k3s-agent did not become active"],  # pylint: disable=protected-access
+    action._roll_back(result, host_state.Changes(files=files), "k3s-agent", ["k3s-agent did not become active"],  # pylint: disable=protected-access
                       execute_module)
     return result, calls
 

@@ -8,10 +8,12 @@ toolkit's nvidia-cdi-refresh.path (gpu_node_cdi_refresh), from a sandbox node's 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 
@@ -19,7 +21,9 @@ RELEASE = "v1.34.6+k3s1"
 CTK = "/usr/bin/nvidia-ctk"
 UNIT = "/usr/lib/systemd/system/nvidia-cdi-refresh.path"
 WANTS = "/etc/systemd/system/multi-user.target.wants/nvidia-cdi-refresh.path"
-HOST_PLAN = {"selected": True, "live": True, "mode": {"mode": "host"}}
+HOST_PLAN = host_state.Plan.from_dict({"selected": True, "live": True, "mode": {"mode": "host"}})
+SANDBOX_PLAN = dataclasses.replace(HOST_PLAN, live=False)
+OPERATOR_PLAN = dataclasses.replace(HOST_PLAN, mode=host_state.Mode(mode="operator"))
 SETTINGS = {"state": "present", "dev_char_symlinks": True, "cdi_refresh": True, "cdi_generate": True,
             "cdi_spec_path": "/var/run/cdi/nvidia.yaml"}
 
@@ -35,7 +39,11 @@ def gpu_node(sandbox, loaded=True, linked=()):
         if dev in linked:
             sandbox.symlink("/dev/char/195:%d" % minor, "../" + dev)
     sandbox.write("/dev/nvidia-uvm")  # its own major: not among the links the doctor and the role look at
-    return detect.gather(sandbox.root, "k3s", RELEASE)
+    return read(sandbox)
+
+
+def read(sandbox):
+    return host_state.NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", RELEASE))
 
 
 def test_the_rule_and_the_links_are_due_on_a_loaded_driver_without_them(sandbox):
@@ -48,7 +56,7 @@ def test_the_rule_and_the_links_are_due_on_a_loaded_driver_without_them(sandbox)
 def test_nothing_is_due_once_the_rule_is_there_and_every_device_is_linked(sandbox):
     info = gpu_node(sandbox, linked=("nvidia0", "nvidiactl"))
     sandbox.write(distro.DEV_CHAR_RULE, host_step.dev_char_rule_text(CTK))
-    assert host_step.dev_char_due(detect.gather(sandbox.root, "k3s", RELEASE), HOST_PLAN, SETTINGS) is None
+    assert host_step.dev_char_due(read(sandbox), HOST_PLAN, SETTINGS) is None
     assert host_step.dev_char_due(info, HOST_PLAN, SETTINGS)["links"] is False  # read before the rule was written
 
 
@@ -56,50 +64,50 @@ def test_without_a_driver_only_the_rule_is_written_and_a_foreign_rule_stays(sand
     due = host_step.dev_char_due(gpu_node(sandbox, loaded=False), HOST_PLAN, SETTINGS)
     assert (due["rule"], due["links"]) == ("write", False)
     sandbox.write(distro.DEV_CHAR_RULE, "# the admin's own rule\n")
-    assert host_step.dev_char_due(detect.gather(sandbox.root, "k3s", RELEASE), HOST_PLAN, SETTINGS) is None
+    assert host_step.dev_char_due(read(sandbox), HOST_PLAN, SETTINGS) is None
 
 
 def test_a_rule_of_ours_for_another_nvidia_ctk_is_written_again(sandbox):
     gpu_node(sandbox, linked=("nvidia0", "nvidiactl"))
     sandbox.write(distro.DEV_CHAR_RULE, host_step.dev_char_rule_text("/usr/local/bin/nvidia-ctk"))
-    due = host_step.dev_char_due(detect.gather(sandbox.root, "k3s", RELEASE), HOST_PLAN, SETTINGS)
+    due = host_step.dev_char_due(read(sandbox), HOST_PLAN, SETTINGS)
     assert (due["rule"], due["links"]) == ("write", False)
 
 
 def test_nothing_is_due_off_the_setting_in_a_sandbox_in_operator_mode_or_without_nvidia_ctk(sandbox):
     info = gpu_node(sandbox)
     assert host_step.dev_char_due(info, HOST_PLAN, dict(SETTINGS, dev_char_symlinks=False)) is None
-    assert host_step.dev_char_due(info, dict(HOST_PLAN, live=False), SETTINGS) is None
-    assert host_step.dev_char_due(info, dict(HOST_PLAN, mode={"mode": "operator"}), SETTINGS) is None
+    assert host_step.dev_char_due(info, SANDBOX_PLAN, SETTINGS) is None
+    assert host_step.dev_char_due(info, OPERATOR_PLAN, SETTINGS) is None
     os.remove(sandbox.path(CTK))
-    assert host_step.dev_char_due(detect.gather(sandbox.root, "k3s", RELEASE), HOST_PLAN, SETTINGS) is None
+    assert host_step.dev_char_due(read(sandbox), HOST_PLAN, SETTINGS) is None
 
 
 def test_state_absent_removes_only_the_rule_the_role_wrote(sandbox):
     absent = dict(SETTINGS, state="absent")
     gpu_node(sandbox)
     sandbox.write(distro.DEV_CHAR_RULE, host_step.dev_char_rule_text(CTK))
-    due = host_step.dev_char_due(detect.gather(sandbox.root, "k3s", RELEASE), HOST_PLAN, absent)
+    due = host_step.dev_char_due(read(sandbox), HOST_PLAN, absent)
     assert (due["rule"], due["links"], due["path"]) == ("remove", False, distro.DEV_CHAR_RULE)
     sandbox.write(distro.DEV_CHAR_RULE, "# the admin's own rule\n")
-    assert host_step.dev_char_due(detect.gather(sandbox.root, "k3s", RELEASE), HOST_PLAN, absent) is None
+    assert host_step.dev_char_due(read(sandbox), HOST_PLAN, absent) is None
 
 
 def test_the_refresh_unit_is_enabled_where_the_toolkit_ships_it_and_only_once(sandbox):
     assert host_step.cdi_refresh_due(gpu_node(sandbox), HOST_PLAN, SETTINGS) is False  # no unit: toolkit before 1.18
     sandbox.write(UNIT, "[Path]\n")
-    info = detect.gather(sandbox.root, "k3s", RELEASE)
+    info = read(sandbox)
     assert host_step.cdi_refresh_due(info, HOST_PLAN, SETTINGS) is True
     for plan, settings in ((HOST_PLAN, dict(SETTINGS, cdi_refresh=False)), (HOST_PLAN, dict(SETTINGS, state="absent")),
                            (HOST_PLAN, dict(SETTINGS, cdi_spec_path="/etc/cdi/nvidia.yaml")),
-                           (dict(HOST_PLAN, live=False), SETTINGS), (dict(HOST_PLAN, mode={"mode": "operator"}), SETTINGS)):
+                           (SANDBOX_PLAN, SETTINGS), (OPERATOR_PLAN, SETTINGS)):
         assert host_step.cdi_refresh_due(info, plan, settings) is False, (plan, settings)
     sandbox.symlink(WANTS, UNIT)
-    assert host_step.cdi_refresh_due(detect.gather(sandbox.root, "k3s", RELEASE), HOST_PLAN, SETTINGS) is False
+    assert host_step.cdi_refresh_due(read(sandbox), HOST_PLAN, SETTINGS) is False
 
 
 def test_without_udev_only_the_links_are_made(sandbox):
     info = gpu_node(sandbox)
-    info["driver"]["dev_char_rule"]["parent_exists"] = False  # no /etc/udev/rules.d: udev is not installed
+    info.driver["dev_char_rule"]["parent_exists"] = False  # no /etc/udev/rules.d: udev is not installed
     due = host_step.dev_char_due(info, HOST_PLAN, SETTINGS)
     assert (due["rule"], due["links"]) == (None, True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _restart as restart
 
 LOADED = {"path": "/run/k3s/containerd/config.toml", "runtimes": ["runc", "nvidia", "nvidia-cdi"]}
@@ -25,7 +26,7 @@ def test_why_not(check, wanted, live, units, reason):
 def test_a_healthy_restart_has_no_problem():
     state = restart.unit_state({"ActiveState": "active", "SubState": "running", "NRestarts": 0})
     assert state == ["active", "running", "0"]
-    expected = restart.expected_runtimes({"runtimes_written": [{"name": "nvidia-cdi"}], "runtimes_skipped": [{"name": "nvidia"}]})
+    expected = host_state.Changes.of_step({"runtimes_written": [{"name": "nvidia-cdi"}], "runtimes_skipped": [{"name": "nvidia"}]}).handlers
     assert expected == ["nvidia", "nvidia-cdi"]
     assert restart.problems("k3s", state, state, expected, LOADED, 120, 10) == []
 

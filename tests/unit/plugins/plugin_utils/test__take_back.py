@@ -18,6 +18,7 @@ import pytest
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 
 RELEASE = "v1.32.2+k3s1"  # containerd 2.0, no drop-ins: the user's template is edited in place
@@ -202,19 +203,19 @@ def settings(**overrides):
 ])
 def test_the_absent_plan(sandbox, root, remove, removes_packages, message):
     sandbox.k3s("k3s", "package")
-    info = detect.gather(sandbox.root, "k3s", RELEASE)
+    info = host_state.NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", RELEASE))
     plan = host_step.plan_host(info, settings(root=root, absent_remove_toolkit=remove), "gpu1")
-    assert plan["selected"] is True and plan["result"]["status"] == "absent" and plan["result"]["state"] == "absent"
-    mode = plan["mode"]
-    assert (mode["remove_host_toolkit"], mode["remove_toolkit_source"]) == (removes_packages, removes_packages)
-    assert not (mode["install_toolkit"] or mode["install_driver"] or mode["generate_cdi"] or mode["default_runtime"])
-    assert bool(plan["messages"]) is message
+    assert plan.selected is True and plan.result["status"] == "absent" and plan.result["state"] == "absent"
+    mode = plan.mode
+    assert (mode.remove_host_toolkit, mode.remove_toolkit_source) == (removes_packages, removes_packages)
+    assert not (mode.install_toolkit or mode.install_driver or mode.generate_cdi or mode.default_runtime)
+    assert bool(plan.messages) is message
 
 
 def test_absent_needs_no_gpu(sandbox):
     sandbox.k3s("k3s", "package")  # no driver, nothing on the PCI bus
-    info = detect.gather(sandbox.root, "k3s", RELEASE)
-    assert host_step.plan_host(info, settings(), "cpu1")["selected"] is True
+    info = host_state.NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", RELEASE))
+    assert host_step.plan_host(info, settings(), "cpu1").selected is True
 
 
 SPEC = 'cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n  - name: "0"\n'
@@ -230,7 +231,7 @@ def test_absent_removes_only_the_cdi_spec_the_role_generated(sandbox, spec_path,
     sandbox.k3s("k3s", "package")
     if spec_path:
         sandbox.write(spec_path, text)
-    info = detect.gather(sandbox.root, "k3s", RELEASE)
+    info = host_state.NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", RELEASE))
     extra, warnings = host_step.cdi_spec_changes(info, settings())
     assert bool(extra) is removed and bool(warnings) is warned
     if removed:

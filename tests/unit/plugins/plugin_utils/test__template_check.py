@@ -169,6 +169,7 @@ def test_every_code_is_in_the_outcome_table_with_its_outcome():
 
 
 def test_the_role_refuses_before_installing_the_toolkit(sandbox):
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
     from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
     from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._gpu_operator import GpuOperatorPlanError
     settings = {"force": True, "root": "/", "mode": "host", "operator_toolkit": True, "operator_driver": "auto",
@@ -180,7 +181,7 @@ def test_the_role_refuses_before_installing_the_toolkit(sandbox):
     node["files"]["template_v3"]["content"] = own_nvidia  # as runtime_info returns it with include_content
     with pytest.raises(GpuOperatorPlanError, match=r"gpu1: the NVIDIA toolkit is not installed, because .*line 2: .*"
                                                    r"\[after_install_duplicate\]"):
-        host_step.plan_host(node, settings, "gpu1")
-    fine = facts(sandbox, template='{{ template "base" . }}\n')
-    assert host_step.plan_host(fine, settings, "gpu1")["mode"]["install_toolkit"] is True
-    assert host_step.plan_host(node, dict(settings, toolkit_install=False), "gpu1")["selected"]
+        host_step.plan_host(NodeFacts.from_reading(node), settings, "gpu1")
+    fine = NodeFacts.from_reading(facts(sandbox, template='{{ template "base" . }}\n'))
+    assert host_step.plan_host(fine, settings, "gpu1").mode.install_toolkit is True
+    assert host_step.plan_host(NodeFacts.from_reading(node), dict(settings, toolkit_install=False), "gpu1").selected

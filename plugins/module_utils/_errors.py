@@ -1,0 +1,68 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The collection's one error type: what is wrong, what to do, and the variable that causes it.
+
+PRIVATE to the collection. Node side (the modules raise it too); the controller's actions render it."""
+
+from __future__ import annotations
+
+
+class K3sGpuError(ValueError):
+    """A refusal the user acts on.
+
+    cause: what is wrong; fix: what to do ("" when the cause says it); variable: the module option that causes it, or
+    a tuple of them. Cause and fix are written once, without a final full stop. Where they name an option they write
+    it as {option}: `text()` renders it as the option's name (a module's user sets `release`), `text(names)` as the
+    name the caller's user sets (the role's user sets `gpu_node_release`)."""
+
+    def __init__(self, cause, fix="", variable=None):
+        self.cause = cause
+        self.fix = fix
+        self.variable = variable
+        super(K3sGpuError, self).__init__(self.text())
+
+    @property
+    def variables(self):
+        if self.variable is None:
+            return ()
+        return (self.variable,) if isinstance(self.variable, str) else tuple(self.variable)
+
+    def text(self, names=None):
+        """The message, each {option} this error names written as names[option] (else the option itself)."""
+        message = "%s; %s" % (self.cause, self.fix) if self.fix else self.cause
+        for option in self.variables:
+            message = message.replace("{%s}" % option, (names or {}).get(option, option))
+        return message
+
+    def within(self, where):
+        """The same error, its cause prefixed with where it happened (a host, a cluster, a file)."""
+        return type(self).of(self, "%s: %s" % (where, self.cause))
+
+    @classmethod
+    def of(cls, error, cause=None):
+        copy = cls.__new__(cls)
+        K3sGpuError.__init__(copy, error.cause if cause is None else cause, error.fix, error.variable)
+        return copy
+
+    def as_dict(self):
+        """For a module's failed result: the parts, so that the controller renders them in its user's names."""
+        return {"cause": self.cause, "fix": self.fix, "variables": list(self.variables)}
+
+    @classmethod
+    def from_result(cls, result, what="the module"):
+        """The error a module's failed result carries (its `error`), else its message as the cause."""
+        parts = result.get("error") if isinstance(result, dict) else None
+        if isinstance(parts, dict) and "cause" in parts:
+            variables = parts.get("variables") or ()
+            return cls(parts["cause"], parts.get("fix") or "", tuple(variables) if variables else None)
+        message = result.get("msg") if isinstance(result, dict) else None
+        return cls(clause(message) or "%s failed without a message" % what)
+
+
+def clause(text):
+    """A message from outside the collection (a module of Ansible's, a command) as part of a sentence: no final stop."""
+    text = str(text or "").strip()
+    return text[:-1] if text.endswith(".") and not text.endswith("..") else text

@@ -1,0 +1,158 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""What the gpu_node role knows of one host, typed: the node's reading (NodeFacts), the role's decision (Plan) and
+what the containerd step changed (Changes), carried between the role's tasks as one HostState.
+
+The host step serializes a HostState once into gpu_node_result.node; the next phase, the package step, the handler
+and the cluster step read it back with HostState.from_result. PRIVATE to the collection."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Dict, List, Optional
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+
+# the reading's sections every NodeFacts has (runtime_info documents each)
+_SECTIONS = {"distribution": str, "release": str, "root": str, "profile": dict, "paths": dict, "runtimes": list,
+             "release_runtimes": list, "driver": dict, "toolkit": dict, "cdi": dict, "gpu_operator": dict, "units": list,
+             "files": dict}
+
+
+def _refuse(what, key, expected, reading):
+    found = "a %s" % type(reading[key]).__name__ if key in reading else "missing"
+    return K3sGpuError("%s: %s is %s, not a %s" % (what, key, found, expected),
+                       "pass the registered result of the role's host step (gpu_node_result.node) unchanged")
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """One reading of a node by runtime_info, typed at its top level. `reading` is the whole result as the module
+    returned it: the engine's functions (_gpu_operator, _configure) take it as it is."""
+    distribution: str
+    release: str
+    root: str
+    profile: Dict[str, Any]
+    paths: Dict[str, Any]
+    runtimes: List[Dict[str, Any]]
+    release_runtimes: List[Dict[str, Any]]
+    driver: Dict[str, Any]
+    toolkit: Dict[str, Any]
+    cdi: Dict[str, Any]
+    gpu_operator: Dict[str, Any]
+    units: List[str]
+    files: Dict[str, Any]
+    reading: Dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_reading(cls, reading, what="the node's reading"):
+        """NodeFacts of runtime_info's result (its warnings already taken by the caller). Raises K3sGpuError."""
+        if not isinstance(reading, dict):
+            raise K3sGpuError("%s is a %s, not a mapping" % (what, type(reading).__name__),
+                              "pass the registered result of the role's host step (gpu_node_result.node) unchanged")
+        for key, expected in _SECTIONS.items():
+            if not isinstance(reading.get(key), expected):
+                raise _refuse(what, key, expected.__name__, reading)
+        return cls(reading=reading, **dict((key, reading[key]) for key in _SECTIONS))
+
+    @property
+    def handlers(self):
+        """The runtime handlers the release renders itself (names)."""
+        return [r["name"] for r in self.release_runtimes]
+
+    @property
+    def nvidia_ctk(self):
+        return self.toolkit.get("nvidia_ctk")
+
+
+@dataclass(frozen=True)
+class Mode:
+    """What the role does on the node before containerd is configured (_gpu_operator.plan_node, or the take-back)."""
+    mode: str = "host"
+    state: str = "present"
+    install_toolkit: bool = False
+    install_driver: bool = False
+    remove_host_toolkit: bool = False
+    remove_toolkit_source: bool = False
+    remove_driver: bool = False
+    remove_operator_leftovers: bool = False
+    generate_cdi: bool = False
+    default_runtime: str = ""
+    pending: List[str] = field(default_factory=list)
+    owners: Dict[str, str] = field(default_factory=dict)
+    operator_handlers: List[str] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, values):
+        known = set(f.name for f in fields(cls))
+        return cls(**dict((k, v) for k, v in (values or {}).items() if k in known))
+
+    @property
+    def installs_or_removes(self):
+        return bool(self.install_driver or self.install_toolkit or self.remove_host_toolkit or self.remove_driver
+                    or self.remove_operator_leftovers)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The role's decision about a host: whether it is a GPU node the role configures (selected), on a real root
+    (live), what it does first (mode), what it tells the user (messages), and gpu_node_result's skeleton (result)."""
+    selected: bool
+    live: bool
+    mode: Mode
+    messages: List[str]
+    result: Dict[str, Any]
+
+    @classmethod
+    def from_dict(cls, values):
+        return cls(selected=bool(values.get("selected")), live=bool(values.get("live")),
+                   mode=Mode.from_dict(values.get("mode")), messages=list(values.get("messages") or []),
+                   result=dict(values.get("result") or {}))
+
+    def to_dict(self):
+        return {"selected": self.selected, "live": self.live, "mode": asdict(self.mode), "messages": list(self.messages),
+                "result": dict(self.result)}
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What the containerd step wrote (containerd_runtimes' result): the handler (restart, verify, roll back) needs
+    the files with their backups and the runtime tables the loaded config must then declare."""
+    files: List[Dict[str, Any]] = field(default_factory=list)
+    handlers: List[str] = field(default_factory=list)
+
+    @classmethod
+    def of_step(cls, outcome):
+        names = [r["name"] for r in (outcome.get("runtimes_written") or []) + (outcome.get("runtimes_skipped") or [])]
+        return cls(files=list(outcome.get("files") or []), handlers=sorted(set(names)))
+
+    @classmethod
+    def from_dict(cls, values):
+        return cls(files=list(values.get("files") or []), handlers=list(values.get("handlers") or []))
+
+
+@dataclass(frozen=True)
+class HostState:
+    """What one phase of the host step hands to the next (through gpu_node_result.node)."""
+    facts: NodeFacts
+    plan: Plan
+    cdi_marker: str = ""
+    changes: Optional[Changes] = None
+
+    def to_result(self):
+        return {"facts": self.facts.reading, "plan": self.plan.to_dict(), "cdi_marker": self.cdi_marker,
+                "changes": asdict(self.changes) if self.changes is not None else None}
+
+    @classmethod
+    def from_result(cls, node, what="gpu_node_result.node"):
+        """The HostState an earlier phase registered. Raises K3sGpuError for anything else."""
+        if not isinstance(node, dict) or not isinstance(node.get("plan"), dict):
+            raise K3sGpuError("%s holds no host state of the role's host step" % what,
+                              "pass the registered result of the role's host step (gpu_node_result.node) unchanged")
+        changes = node.get("changes")
+        return cls(facts=NodeFacts.from_reading(node.get("facts"), what + ".facts"), plan=Plan.from_dict(node["plan"]),
+                   cdi_marker=str(node.get("cdi_marker") or ""),
+                   changes=Changes.from_dict(changes) if isinstance(changes, dict) else None)
