@@ -22,6 +22,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 
 class ActionModule(ActionBase):
@@ -43,8 +44,8 @@ class ActionModule(ActionBase):
             if phase == "inspect":
                 return self._inspect(result, args, task_vars)
             return self._apply(result, args, task_vars)
-        except (cluster_step.ClusterStepError, role_vars.RoleVarsError) as exc:
-            result.update(failed=True, changed=False, msg="%s. Nothing was changed." % str(exc).rstrip("."))
+        except K3sGpuError as exc:
+            result.update(failed=True, changed=False, msg="%s. Nothing was changed." % str(exc))
             return result
         finally:
             if phase != "plan":
@@ -74,7 +75,7 @@ class ActionModule(ActionBase):
         node_vars = role_vars.read(task_vars, self._templar.template, cluster_step.SERVER_VARS + ("gpu_node_toolkit_dirs",))
         reading = self._read_server(host, task_vars, node_vars, task_vars)
         if reading.get("failed"):
-            raise cluster_step.ClusterStepError("%s: %s" % (host, host_step.in_role_terms(reading.get("msg")).rstrip(".")))
+            raise K3sGpuError("%s: %s" % (host, host_step.role_message(reading)))
         result.update(reading, changed=False)
         return result
 
@@ -85,8 +86,8 @@ class ActionModule(ActionBase):
         server_vars = role_vars.read(writer_vars, self._templar.template, cluster_step.SERVER_VARS)
         server = self._read_server(cluster["writer"], writer_vars, server_vars, task_vars)
         if server.get("failed"):
-            raise cluster_step.ClusterStepError("cluster %s: reading the server %s failed: %s" % (
-                cluster["name"], cluster["writer"], host_step.in_role_terms(server.get("msg")).rstrip(".")))
+            raise K3sGpuError("cluster %s: reading the server %s failed: %s" % (
+                cluster["name"], cluster["writer"], host_step.role_message(server)))
         texts = {}
         for name in cluster_step.MANIFESTS:
             path = "%s%s/%s" % (server_vars["root"].rstrip("/"), server["paths"]["manifests_dir"], name)
@@ -117,16 +118,16 @@ class ActionModule(ActionBase):
         cluster = dict(cluster, complete=cluster["complete"] and complete)
         server = self._read_server(writer, writer_vars, server_vars, task_vars)
         if server.get("failed"):
-            raise cluster_step.ClusterStepError("cluster %s: reading the server %s failed: %s" % (
-                cluster["name"], writer, host_step.in_role_terms(server.get("msg")).rstrip(".")))
+            raise K3sGpuError("cluster %s: reading the server %s failed: %s" % (
+                cluster["name"], writer, host_step.role_message(server)))
         earlier = None
         if not cluster["complete"] and cluster_step.RUNTIMECLASSES in objects:
             earlier = self._earlier_handlers(server, server_vars["root"], task_vars)
         try:
             decided = cluster_step.decide(cluster, server, nodes, settings, operator, objects, server_vars["root"], earlier,
                                           plugin_settings=plugin)
-        except cluster_step.ClusterStepError as exc:
-            raise cluster_step.ClusterStepError("cluster %s (written from %s): %s" % (cluster["name"], writer, exc))
+        except K3sGpuError as exc:
+            raise K3sGpuError("cluster %s (written from %s): %s" % (cluster["name"], writer, exc))
         result.update(decided, changed=False)
         # what Ansible's own modules do after this step: the air-gapped chart archive, the API method's objects
         result["follow_up"] = bool(decided["chart_archives"]) or (decided["runtimeclasses"] or {}).get("method") == "api"

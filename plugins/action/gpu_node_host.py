@@ -64,7 +64,7 @@ def _read_node(execute_module, settings, distribution, release):
 
 def _reading_failed(result, host, reading, ending):
     """A failed reading as the role reports it: the module's message in the role's variable names."""
-    return host_step.failed(result, "%s: %s%s" % (host, host_step.in_role_terms(reading.get("msg")).rstrip("."), ending))
+    return host_step.failed(result, "%s: %s%s" % (host, host_step.role_message(reading), ending))
 
 
 class ActionModule(ActionBase):
@@ -85,7 +85,7 @@ class ActionModule(ActionBase):
                                       None if phase == "plan" else UPGRADE_CHECK_VARS if phase == "upgrade_check"
                                       else DOCTOR_VARS if phase == "doctor"
                                       else RESTART_VARS if phase == "restart" else READ_VARS + PLAN_VARS + CONFIGURE_VARS + DEVICE_PLUGIN_VARS)
-        except role_vars.RoleVarsError as exc:
+        except K3sGpuError as exc:
             return host_step.failed(result, "%s: %s. Nothing was changed." % (task_vars.get("inventory_hostname"), exc))
         warnings = result.setdefault("warnings", [])
         if phase == "plan":
@@ -136,7 +136,7 @@ class ActionModule(ActionBase):
             plan = host_step.plan_host(facts, plan_settings, host)
             if plan.selected:
                 host_step.device_plugin_labels(settings, host)  # the sharing settings refused before any install
-        except gpu_operator.GpuOperatorPlanError as exc:
+        except K3sGpuError as exc:
             return host_step.failed(result, str(exc))
         for message in plan.messages:
             display.display(message)
@@ -155,7 +155,7 @@ class ActionModule(ActionBase):
         """After the installs: the node as it is now (runtimes, nvidia-ctk, driver), and whether the CDI spec is due."""
         reading = _read_node(execute_module, settings, state.facts.distribution, state.facts.release)
         if reading.get("failed"):
-            message = host_step.in_role_terms(reading.get("msg")).rstrip(".")
+            message = host_step.role_message(reading)
             return host_step.failed(result, "%s: reading the node after the installs failed: %s" % (self._host, message))
         reading.pop("warnings", None)  # said by the first reading
         fresh, plan = host_state.NodeFacts.from_reading(reading), state.plan
@@ -193,8 +193,8 @@ class ActionModule(ActionBase):
         absent = settings["state"] == "absent"
         try:
             params = self._configure_params(settings, facts, plan)
-        except gpu_operator.GpuOperatorPlanError as exc:
-            return host_step.failed(result, "%s. Nothing was changed." % str(exc).rstrip("."))
+        except K3sGpuError as exc:
+            return host_step.failed(result, "%s. Nothing was changed." % str(exc))
         validated = ArgumentSpecValidator(configure.SPEC).validate(params)
         if validated.error_messages:
             return host_step.failed(result, "; ".join(validated.error_messages))
@@ -215,7 +215,7 @@ class ActionModule(ActionBase):
         result.update(reboot_required=reboot, install_due=False, cdi_due=False, dev_char_due=False, cdi_refresh_due=False)
         if runtimes.get("failed"):
             changed = result.get("changed", False)
-            host_step.failed(result, "%s: %s" % (self._host, host_step.in_role_terms(runtimes.get("msg"))))
+            host_step.failed(result, "%s: %s" % (self._host, host_step.role_message(runtimes)))
             result["changed"] = changed  # files written before a failed write stay written
         return result
 
@@ -233,7 +233,7 @@ class ActionModule(ActionBase):
                 settings = dict(settings, release=found[1], distribution=found[2])
         reading = _read_node(execute_module, settings, settings["distribution"], settings["release"] or None)
         if reading.get("failed"):
-            result["doctor"] = doctor.unread(host, host_step.in_role_terms(reading.get("msg")))
+            result["doctor"] = doctor.unread(host, host_step.role_message(reading))
             return result
         reading.pop("warnings", None)
         facts = host_state.NodeFacts.from_reading(reading)
@@ -245,7 +245,7 @@ class ActionModule(ActionBase):
                 "unit": (facts.units or [None])[0], "handlers": [h for h in facts.handlers if h.startswith("nvidia")]}
         try:
             node["labels"] = host_step.device_plugin_labels(settings, host)
-        except gpu_operator.GpuOperatorPlanError:
+        except K3sGpuError:
             node["labels"] = []  # the plan refuses the same settings, and says so
         self._doctor_plan(node, settings, facts, execute_module)
         node["services"] = self._doctor_services(settings, facts, node["unit"], execute_module)
@@ -267,13 +267,13 @@ class ActionModule(ActionBase):
             if not plan.selected:
                 return
             params = self._configure_params(settings, facts, plan)
-        except gpu_operator.GpuOperatorPlanError as exc:
-            node["refusal"] = str(exc).rstrip(".")
+        except K3sGpuError as exc:
+            node["refusal"] = str(exc)
             return
         validated = ArgumentSpecValidator(configure.SPEC).validate(params)
         checked = configure.run({}, validated.validated_parameters, execute_module, False, own_files=True)
         if checked.get("failed"):
-            node["refusal"] = host_step.in_role_terms(checked.get("msg")).rstrip(".")
+            node["refusal"] = host_step.role_message(checked)
             return
         node["handlers"] = sorted(set([r["name"] for r in checked.get("runtimes_written") or []]
                                       + [r["name"] for r in checked.get("runtimes_skipped") or []]))

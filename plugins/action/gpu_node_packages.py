@@ -23,6 +23,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step a
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _packages as packages
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 display = Display()
 
@@ -75,7 +76,7 @@ class ActionModule(ActionBase):
                 outcome = self._driver(settings, facts, packages.driver_source(settings, facts, family, self._host))
             else:
                 outcome = self._install(packages.toolkit_source(settings, family, self._host))
-        except (packages.PackagesError, role_vars.RoleVarsError) as exc:
+        except K3sGpuError as exc:
             changed = self._changed
             host_step.failed(result, str(exc))
             result["changed"] = changed  # what was written before the failure stays written
@@ -155,7 +156,7 @@ class ActionModule(ActionBase):
             shown = self._command(["gpg", "--batch", "--show-keys", "--with-colons", temp], read_only=True)
             found = packages.key_fingerprints(shown.get("stdout") or "")
             if not packages.fingerprint_matches(source["fingerprint"], found):
-                raise packages.PackagesError(
+                raise K3sGpuError(
                     "%s: the key from %s has fingerprint(s) %s, not %s; the repository %s was not added and nothing was "
                     "installed. Check the key URL (or your mirror) and the fingerprint variable." % (
                         self._host, source["key_url"], ", ".join(found) or "none", source["fingerprint"], source["url"]))
@@ -220,7 +221,7 @@ class ActionModule(ActionBase):
                 outcome["packages_changed"] = outcome["packages_changed"] or bool(installed.get("changed"))
         except StepFailed as failure:
             self._undo_repository(source, before, outcome["repository_changed"])
-            raise packages.PackagesError(
+            raise K3sGpuError(
                 "%s: installing %s from %s failed, and the repository change was undone: %s" % (
                     self._host, ", ".join(source["packages"]), source["url"], failure.reason()))
         self._hold(source, locks)

@@ -72,6 +72,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 
 def containerd_runtime_blocks(data, schema=None, systemd_cgroup=None):
@@ -95,19 +96,19 @@ def containerd_runtime_blocks(data, schema=None, systemd_cgroup=None):
     try:
         for runtime in runtimes:
             if not isinstance(runtime, Mapping):
-                raise planner.PlanError("each runtime must be a dict with name and binary, got %r" % (runtime,))
+                raise K3sGpuError("each runtime must be a dict with name and binary, got %r" % (runtime,))
             name = runtime.get("name")
             planner.check_runtime_name(name)
             binary = runtime.get("binary")
             if not isinstance(binary, str) or not binary.startswith("/"):
-                raise planner.PlanError("runtime %s: binary must be an absolute path, got %r" % (name, binary))
+                raise K3sGpuError("runtime %s: binary must be an absolute path, got %r" % (name, binary))
             runtime_type = runtime.get("runtime_type") or distro.RUNC_V2
             options = dict(runtime.get("options") or {})
             planner.check_options(name, runtime_type, options)
             items.append({"name": name, "binary": binary, "runtime_type": runtime_type, "options": options,
                           "systemd_cgroup": runtime.get("systemd_cgroup")})
         return toml.render_runtime_blocks(schema, items, systemd_cgroup)
-    except (planner.PlanError, toml.TomlEditError) as exc:
+    except K3sGpuError as exc:
         raise AnsibleFilterError("containerd_runtime_blocks: %s" % exc)
 
 

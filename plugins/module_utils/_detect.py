@@ -21,6 +21,7 @@ import re
 import stat
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 MAX_CONFIG_BYTES = 1024 * 1024  # a containerd template is a few KiB; refuse anything huge
 _SYMLINK_LIMIT = 40
@@ -606,7 +607,7 @@ def host_containerd_version(fs, run_command, root_is_host):
     if root_is_host and run_command is not None and find_binary(fs, distro.CONTAINERD):
         try:
             return _release_of(fs, distro.CONTAINERD, None, run_command, root_is_host)
-        except DetectError:
+        except K3sGpuError:
             pass
     for package in distro.CONTAINERD_PACKAGES:
         version = dpkg_version(fs, package)
@@ -903,32 +904,29 @@ def binary_facts(fs, path):
 
 # --- everything, in one read-only pass ---------------------------------------------------------
 
-class DetectError(ValueError):
-    """Facts that cannot be gathered as asked (unknown distribution or release)."""
-
-
 def _release_of(fs, distribution, release, run_command, root_is_host):
     if release:
         return release, "option"
     binary = find_binary(fs, distribution)
     if binary is None:
-        raise DetectError("no %s binary found (looked for %s); pass release= (for example %s)" % (
-            distribution, ", ".join(distro.DISTRIBUTION_PATHS[distribution]["binaries"]),
+        raise K3sGpuError("no %s binary found (looked for %s)" % (
+            distribution, ", ".join(distro.DISTRIBUTION_PATHS[distribution]["binaries"])), "set {release} (for example %s)" % (
             "v1.33.10+k3s1" if distribution == distro.K3S else
-            "v1.33.10+rke2r1" if distribution == distro.RKE2 else "2.1.4"))
+            "v1.33.10+rke2r1" if distribution == distro.RKE2 else "2.1.4"), "release")
     if not root_is_host or run_command is None:
-        raise DetectError("root is not /, so the %s binary is not run to ask its version; pass release=" % distribution)
+        raise K3sGpuError("root is not /, so the %s binary is not run to ask its version" % distribution, "set {release}",
+                          "release")
     rc, out, err = run_command([binary, "--version"])
     version = parse_version_output(distribution, out) if rc == 0 else None
     if not version:
-        raise DetectError("`%s --version` did not report a version (rc=%s: %s); pass release=" % (
-            binary, rc, (err or out or "").strip()[:200]))
+        raise K3sGpuError("`%s --version` did not report a version (rc=%s: %s)" % (
+            binary, rc, (err or out or "").strip()[:200]), "set {release}", "release")
     return version, binary
 
 
 def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_dirs=(), binaries=(),
            path=None, run_command=None, newer_release=distro.NEWER_RELEASE_REFUSE):
-    """All node facts the engine needs. Raises DetectError or distro.ReleaseError.
+    """All node facts the engine needs. Raises K3sGpuError.
 
     newer_release: what to do with a release of a line newer than the feature table (distro.profile).
     """
@@ -939,17 +937,19 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
         distribution, found = guess_distribution(fs, data_dir)
         if distribution is None:
             if found:
-                raise DetectError("both %s are installed under %s; set distribution" % (" and ".join(found), fs.root))
-            raise DetectError("neither k3s, rke2 nor containerd was found under %s; set distribution and release" % fs.root)
+                raise K3sGpuError("both %s are installed under %s" % (" and ".join(found), fs.root), "set {distribution}",
+                                  "distribution")
+            raise K3sGpuError("neither k3s, rke2 nor containerd was found under %s" % fs.root,
+                              "set {distribution} and {release}", ("distribution", "release"))
     release, release_source = _release_of(fs, distribution, release, run_command, root_is_host)
     profile = distro.profile(distribution, release, newer_release)
     if asked_for and distribution in (distro.K3S, distro.RKE2):
         _guessed, found = guess_distribution(fs, data_dir)
         if found and distribution not in found and distro.CONTAINERD not in found:
             # asked for rke2 on a k3s node (or the reverse): writing would create the other's trees for nothing
-            raise DetectError("%s was asked for, but the node under %s has %s (binary, unit or data directory) and no %s; "
-                              "set distribution to %s, or auto" % (
-                                  distribution, fs.root, " and ".join(found), distribution, found[0]))
+            raise K3sGpuError("%s was asked for, but the node under %s has %s (binary, unit or data directory) and no %s" % (
+                distribution, fs.root, " and ".join(found), distribution), "set {distribution} to %s, or auto" % found[0],
+                "distribution")
     paths = distro.distribution_paths(distribution, data_dir)
     facts = {"distribution": distribution, "release": profile["release"], "release_source": release_source,
              "root": fs.root, "profile": profile, "paths": paths, "known_bad_release": profile["known_bad"]}
@@ -1025,12 +1025,12 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
 def _host_containerd_facts(fs, in_use, data_dir, toolkit_dirs, binaries, path, run_command, newer_release):
     version, source = host_containerd_version(fs, run_command, fs.root == "/")
     if version is None:
-        raise DetectError(
+        raise K3sGpuError(
             "%s %s on this node runs its pods on the host's containerd (container-runtime-endpoint %s in %s), and "
             "that containerd's version cannot be read here (no containerd binary to ask under root /, no dpkg "
-            "record of %s); set distribution: containerd and release: <its version, such as 2.1.4>" % (
-                in_use["distribution"], in_use["release"], in_use["endpoint"], in_use["source"],
-                " or ".join(distro.CONTAINERD_PACKAGES)))
+            "record of %s)" % (in_use["distribution"], in_use["release"], in_use["endpoint"], in_use["source"],
+                               " or ".join(distro.CONTAINERD_PACKAGES)),
+            "set {distribution}: containerd and {release}: <its version, such as 2.1.4>", ("distribution", "release"))
     facts = gather(fs.root, distro.CONTAINERD, version, None, toolkit_dirs, binaries, path, run_command, newer_release)
     facts["release_source"] = source
     facts["runtime_in_use"] = in_use

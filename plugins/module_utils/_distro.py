@@ -20,6 +20,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 K3S = "k3s"
 RKE2 = "rke2"
@@ -401,10 +402,6 @@ def distribution_paths(distribution, data_dir=None):
 
 # --- versions ------------------------------------------------------------------------------------
 
-class ReleaseError(ValueError):
-    """A release string this collection cannot or will not interpret."""
-
-
 _RELEASE_RE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-(?:rc|alpha|beta)\d*)?(?:\+(k3s|rke2r)(\d+))?$")
 _CONTAINERD_RE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
 
@@ -415,14 +412,14 @@ class Release:
     def __init__(self, distribution, text):
         match = _RELEASE_RE.match(text.strip())
         if not match:
-            raise ReleaseError(
+            raise K3sGpuError(
                 "release %r is not a %s version; expected the form v1.31.6+%s1" % (
                     text, distribution, "k3s" if distribution == K3S else "rke2r"))
         major, minor, patch, suffix, revision = match.groups()
         expected_suffix = "k3s" if distribution == K3S else "rke2r"
         if suffix and suffix != expected_suffix:
-            raise ReleaseError("release %r is a %s release, but distribution is %s" % (
-                text, "k3s" if suffix == "k3s" else "rke2", distribution))
+            raise K3sGpuError("release %r is a %s release, but {distribution} is %s" % (
+                text, "k3s" if suffix == "k3s" else "rke2", distribution), variable="distribution")
         self.distribution = distribution
         self.text = text.strip()
         self.key = (int(major), int(minor), int(patch), int(revision or 0))
@@ -461,7 +458,8 @@ def has_feature(release, feature):
 
 def _check_policy(newer_release):
     if newer_release not in NEWER_RELEASE_POLICIES:
-        raise ReleaseError("newer_release must be one of %s, not %r" % (", ".join(NEWER_RELEASE_POLICIES), newer_release))
+        raise K3sGpuError("{newer_release} must be one of %s, not %r" % (", ".join(NEWER_RELEASE_POLICIES), newer_release),
+                          variable="newer_release")
 
 
 def _line_key(line):
@@ -475,19 +473,19 @@ def parse_release(distribution, text, newer_release=NEWER_RELEASE_REFUSE):
     if release.line not in KNOWN_LINES:
         oldest, newest = KNOWN_LINES[0], KNOWN_LINES[-1]
         if release.key[:2] < _line_key(oldest):
-            raise ReleaseError(
+            raise K3sGpuError(
                 "%s %s is older than the oldest release line this collection supports (%s); "
                 "upgrade the node to %s or newer" % (distribution, text, oldest, oldest))
         if release.key[:2] > _line_key(newest) and newer_release == NEWER_RELEASE_ASSUME:
             release.table_line = newest
             return release
-        raise ReleaseError(
-            "%s %s belongs to release line %s, which this collection does not know yet (it knows "
-            "%s to %s); its containerd template and runtime detection may differ, so nothing is "
-            "guessed. Upgrade the collection; or, after checking that %s behaves like %s, set "
-            "newer_release=assume_newest_known (role: gpu_node_newer_release) to proceed as on the "
-            "newest %s release with a warning; or pass release= with the closest known release" % (
-                distribution, text, release.line, oldest, newest, release.line, newest, newest))
+        raise K3sGpuError(
+            "%s %s belongs to release line %s, which this collection does not know yet (it knows %s to %s); its "
+            "containerd template and runtime detection may differ, so nothing is guessed" % (
+                distribution, text, release.line, oldest, newest),
+            "upgrade the collection; or, after checking that %s behaves like %s, set {newer_release}=assume_newest_known "
+            "to proceed as on the newest %s release with a warning; or set {release} to the closest known release" % (
+                release.line, newest, newest), ("newer_release", "release"))
     return release
 
 
@@ -511,20 +509,19 @@ def parse_containerd_version(text, newer_release=NEWER_RELEASE_REFUSE):
     _check_policy(newer_release)
     match = _CONTAINERD_RE.match(text.strip())
     if not match:
-        raise ReleaseError("containerd version %r is not of the form 1.7.24 or v2.1.4" % (text,))
+        raise K3sGpuError("containerd version %r is not of the form 1.7.24 or v2.1.4" % (text,))
     major, minor, patch = (int(x) for x in match.groups())
     line = "%d.%d" % (major, minor)
     if line not in KNOWN_CONTAINERD_LINES:
         newest = KNOWN_CONTAINERD_LINES[-1]
         if (major, minor) > _line_key(newest) and newer_release == NEWER_RELEASE_ASSUME:
             return newest
-        hint = ""
+        fix = "upgrade containerd to %s or newer" % KNOWN_CONTAINERD_LINES[0]
         if (major, minor) > _line_key(newest):
-            hint = ("; or, after checking that %s behaves like %s, set newer_release=assume_newest_known "
-                    "(role: gpu_node_newer_release) to proceed as on containerd %s with a warning" % (line, newest, newest))
-        raise ReleaseError(
-            "containerd %s (line %s) is outside the lines this collection knows (%s to %s)%s" % (
-                text, line, KNOWN_CONTAINERD_LINES[0], newest, hint))
+            fix = ("upgrade the collection; or, after checking that %s behaves like %s, set {newer_release}=assume_newest_known "
+                   "to proceed as on containerd %s with a warning" % (line, newest, newest))
+        raise K3sGpuError("containerd %s (line %s) is outside the lines this collection knows (%s to %s)" % (
+            text, line, KNOWN_CONTAINERD_LINES[0], newest), fix, "newer_release")
     return line
 
 

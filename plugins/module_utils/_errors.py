@@ -19,8 +19,9 @@ class K3sGpuError(ValueError):
     name the caller's user sets (the role's user sets `gpu_node_release`)."""
 
     def __init__(self, cause, fix="", variable=None):
-        self.cause = cause
-        self.fix = fix
+        # one place that keeps the text a clause: callers add their own ending ("Nothing was changed.")
+        self.cause = clause(cause)
+        self.fix = clause(fix)
         self.variable = variable
         super(K3sGpuError, self).__init__(self.text())
 

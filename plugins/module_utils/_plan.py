@@ -19,6 +19,7 @@ import posixpath
 import re
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 MODE_DROPIN = "dropin"
 MODE_TEMPLATE = "template"
@@ -26,10 +27,6 @@ MODE_CONFIG = "config"
 
 _BASE_INCLUDE = re.compile(r"\{\{-?\s*template\s+\"base\"\s+\.\s*-?\}\}")
 _RUNTIME_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")  # \Z: "$" would accept a trailing newline
-
-
-class PlanError(ValueError):
-    """Input that cannot be applied safely; the message says what to do. Nothing is written."""
 
 
 def includes_base(text):
@@ -62,26 +59,26 @@ def _refuse_unusable(info, what):
     state = info.get("state")
     path = info.get("path")
     if state == "link":
-        raise PlanError("%s %s is a symlink; refusing to write through it. Point path= at the real "
+        raise K3sGpuError("%s %s is a symlink; refusing to write through it. Point path= at the real "
                         "file, or replace the link with a regular file" % (what, path))
     if state == "directory":
-        raise PlanError("%s %s is a directory; expected a file. Remove or rename the directory" % (what, path))
+        raise K3sGpuError("%s %s is a directory; expected a file. Remove or rename the directory" % (what, path))
     if state == "other":
-        raise PlanError("%s %s is not a regular file" % (what, path))
+        raise K3sGpuError("%s %s is not a regular file" % (what, path))
     error = info.get("error")
     if error == "too_large":
-        raise PlanError("%s %s is %d bytes, larger than the 1 MiB this module edits; a containerd "
+        raise K3sGpuError("%s %s is %d bytes, larger than the 1 MiB this module edits; a containerd "
                         "config is a few KiB, so check that this is the right file" % (what, path, info.get("size", 0)))
     if error == "not_utf8":
-        raise PlanError("%s %s is not valid UTF-8 (first bad byte on line %d); TOML must be UTF-8 and containerd "
+        raise K3sGpuError("%s %s is not valid UTF-8 (first bad byte on line %d); TOML must be UTF-8 and containerd "
                         "2.x refuses anything else [encoding_utf8]. Convert the file to UTF-8 (iconv -t UTF-8); "
                         "nothing was written" % (what, path, info.get("error_line", 0)))
     if error == "unreadable":
-        raise PlanError("%s %s cannot be read" % (what, path))
+        raise K3sGpuError("%s %s cannot be read" % (what, path))
 
 
 def select_target(facts, path=None):
-    """Where the blocks go: {mode, path, schema, key, reason}. Raises PlanError."""
+    """Where the blocks go: {mode, path, schema, key, reason}. Raises K3sGpuError."""
     profile = facts["profile"]
     files = facts["files"]
     if profile["distribution"] == distro.CONTAINERD:
@@ -154,7 +151,7 @@ def cri_disabled(text):
 def _refuse_cri_disabled(info):
     found = cri_disabled(info.get("content"))
     if found:
-        raise PlanError(
+        raise K3sGpuError(
             "%s: line %d: disabled_plugins turns off containerd's CRI plugin (%s), so the kubelet cannot use this "
             "containerd at all (Docker's containerd.io package ships such a file, for Docker alone) [cri_disabled]. "
             "Nothing was written. Fix: write containerd's own config (`containerd config default > %s`, then "
@@ -194,7 +191,7 @@ def _config_schema(info, profile):
     highest = profile.get("config_version_max") or profile["schema"]
     if version is None:
         if _has_toml_content(info.get("content")):
-            raise PlanError(
+            raise K3sGpuError(
                 "%s has no `version` line, so containerd reads it with the version 1 schema (plugin names such as "
                 "\"cri\") and would ignore runtime tables written for version %d [config_version_1]. Nothing was "
                 "written. containerd %s reads config versions %s (`containerd config default` writes %d): rewrite the file "
@@ -205,14 +202,14 @@ def _config_schema(info, profile):
         return profile["schema"]
     if version == 4 and highest == 3:
         # containerd 2.0-2.2 (message checked with 2.2.7)
-        raise PlanError(
+        raise K3sGpuError(
             "%s declares `version = 4`, which containerd %s cannot read: it refuses to start (\"expected "
             "containerd config version equal to or less than `3`, got `4`\"); version 4 came with containerd "
             "2.3. Nothing was changed. Write the file as version 3 (the CRI runtime tables keep their paths; "
             "the [grpc], [ttrpc], [debug] and [metrics] settings move back from the io.containerd.server.v1.* "
             "plugin tables to the top level), or upgrade containerd to 2.3" % (info["path"], profile["containerd"]))
     if version not in distro.CONFIG_VERSIONS or version > highest:
-        raise PlanError("%s declares `version = %d`, which containerd %s does not read; use version = %d" % (
+        raise K3sGpuError("%s declares `version = %d`, which containerd %s does not read; use version = %d" % (
             info["path"], version, profile["containerd"], profile["schema"]))
     return version
 
@@ -223,7 +220,7 @@ def _has_toml_content(text):
 
 def _select_override(facts, path, schema):
     if not path.startswith("/"):
-        raise PlanError("path %r must be absolute (a node path)" % (path,))
+        raise K3sGpuError("path %r must be absolute (a node path)" % (path,))
     info = facts["files"].get("override") or {"state": "absent", "path": path}
     if info["state"] != "absent":
         _refuse_unusable(info, "path")
@@ -283,7 +280,7 @@ def reserved_tables(facts, target, default_runtime_via_flag):
 
 def check_runtime_name(name):
     if not isinstance(name, str) or not _RUNTIME_NAME.match(name) or len(name) > 63:
-        raise PlanError(
+        raise K3sGpuError(
             "runtime name %r is not valid: a containerd handler used by a RuntimeClass must be a "
             "lowercase DNS label (a-z, 0-9 and '-', at most 63 characters, no quotes, dots, spaces "
             "or newlines). Rename it, for example to 'nvidia-custom'" % (name,))
@@ -291,18 +288,18 @@ def check_runtime_name(name):
 
 def check_runtime_binary(name, binary, binary_info):
     if not isinstance(binary, str) or not binary.startswith("/"):
-        raise PlanError("runtime %s: binary %r must be an absolute path on the node, such as "
+        raise K3sGpuError("runtime %s: binary %r must be an absolute path on the node, such as "
                         "/usr/bin/nvidia-container-runtime" % (name, binary))
     state = (binary_info or {}).get("state")
     if state in ("absent", "dangling", None):
-        raise PlanError("runtime %s: binary %s does not exist on the node%s. Install the NVIDIA "
+        raise K3sGpuError("runtime %s: binary %s does not exist on the node%s. Install the NVIDIA "
                         "container toolkit (nvidia-container-toolkit-operator-extensions for the .cdi "
                         "and .legacy binaries) or fix the path" % (
                             name, binary, " (dangling symlink)" if state == "dangling" else ""))
     if state == "directory":
-        raise PlanError("runtime %s: binary %s is a directory" % (name, binary))
+        raise K3sGpuError("runtime %s: binary %s is a directory" % (name, binary))
     if not binary_info.get("executable"):
-        raise PlanError("runtime %s: binary %s is not executable (chmod 0755 it)" % (name, binary))
+        raise K3sGpuError("runtime %s: binary %s is not executable (chmod 0755 it)" % (name, binary))
 
 
 def check_options(name, runtime_type, options):
@@ -313,7 +310,7 @@ def check_options(name, runtime_type, options):
             close = difflib.get_close_matches(str(key), distro.RUNC_OPTION_KEYS, 1, 0.6) or \
                 [k for k in distro.RUNC_OPTION_KEYS if k.lower() == str(key).lower()]
             hint = " (did you mean %s?)" % close[0] if close else ""
-            raise PlanError(
+            raise K3sGpuError(
                 "runtime %s: option %r is not an option of the %s shim%s; containerd would keep it "
                 "silently and run pods on plain runc. Known options: %s" % (
                     name, key, runtime_type, hint, ", ".join(distro.RUNC_OPTION_KEYS)))
@@ -331,20 +328,20 @@ def normalize_runtimes(facts, requested):
         name = item.get("name")
         check_runtime_name(name)
         if name in seen:
-            raise PlanError("runtime %s is listed twice in runtimes" % name)
+            raise K3sGpuError("runtime %s is listed twice in runtimes" % name)
         seen.add(name)
         runtime_type = item.get("runtime_type") or distro.RUNC_V2
         binary = item.get("binary")
         if binary is None:
             found = [r for r in facts["runtimes"] if r["name"] == name]
             if not found:
-                raise PlanError("runtime %s: no binary given and none detected on the node; set binary" % name)
+                raise K3sGpuError("runtime %s: no binary given and none detected on the node; set binary" % name)
             binary = found[0]["binary"]
         else:
             check_runtime_binary(name, binary, binaries.get(binary))
         options = dict(item.get("options") or {})
         if "BinaryName" in options:
-            raise PlanError("runtime %s: set the binary with `binary`, not options.BinaryName" % name)
+            raise K3sGpuError("runtime %s: set the binary with `binary`, not options.BinaryName" % name)
         check_options(name, runtime_type, options)
         result.append({"name": name, "binary": binary, "runtime_type": runtime_type, "options": options,
                        "systemd_cgroup": item.get("systemd_cgroup"), "explicit": True})
@@ -371,7 +368,7 @@ _EXTERNAL_RUNTIME_NAME = {
 
 
 def refuse_external_runtime(in_use):
-    """PlanError when a k3s/rke2 node's pods run on Docker, CRI-O or an unknown CRI endpoint: k3s then renders
+    """K3sGpuError when a k3s/rke2 node's pods run on Docker, CRI-O or an unknown CRI endpoint: k3s then renders
     no containerd config, so nothing written for its embedded containerd would ever load."""
     if not in_use or in_use.get("runtime") not in _EXTERNAL_RUNTIME_FIX:
         return
@@ -379,7 +376,7 @@ def refuse_external_runtime(in_use):
         setting = "`docker: true` (%s)" % in_use.get("docker_source")
     else:
         setting = "container-runtime-endpoint %s (%s)" % (in_use.get("endpoint"), in_use.get("source"))
-    raise PlanError(
+    raise K3sGpuError(
         "[external_runtime] %s %s on this node runs its pods on %s, set by %s, not on its embedded containerd, so "
         "it reads no containerd template or drop-in and the NVIDIA runtimes written there would never load; %s. "
         "Nothing was changed" % (
@@ -388,7 +385,7 @@ def refuse_external_runtime(in_use):
 
 
 def make_plan(facts, runtimes=None, state="present", default_runtime=None, enable_cdi=None, path=None):
-    """Decide everything; raise PlanError on input that cannot be applied safely."""
+    """Decide everything; raise K3sGpuError on input that cannot be applied safely."""
     if state == "present":
         refuse_external_runtime(facts.get("runtime_in_use"))
     profile = facts["profile"]
@@ -425,7 +422,7 @@ def make_plan(facts, runtimes=None, state="present", default_runtime=None, enabl
             plan["notes"].append("runtime %s: the drop-in overrides the block %s renders for %s" % (
                 runtime["name"], label, rendered["binary"]))
         else:
-            raise PlanError(
+            raise K3sGpuError(
                 "runtime %s: %s renders this runtime itself with %s, and %s cannot declare its table a "
                 "second time (containerd would refuse the config and k3s would restart in a loop). Use "
                 "another runtime name, or remove that binary so k3s does not detect it" % (
@@ -438,13 +435,13 @@ def make_plan(facts, runtimes=None, state="present", default_runtime=None, enabl
     _plan_enable_cdi(facts, plan, enable_cdi, label)
     if target.get("unsupported") and (plan["write"] or plan["enable_cdi"] is not None or (
             plan["default_runtime"] or {}).get("how") == "toml"):
-        raise PlanError(target["unsupported"])
+        raise K3sGpuError(target["unsupported"])
     how = (plan["default_runtime"] or {}).get("how")
     current = facts.get("default_runtime") or {}
     # set by someone else (config.yaml, another drop-in, ExecStart); ours is rewritten or removed below
     set_elsewhere = bool(current.get("value")) and current.get("source") != facts["paths"].get("default_runtime_file")
     if how == "toml" and set_elsewhere:
-        raise PlanError(
+        raise K3sGpuError(
             "default_runtime %s must go into the containerd config (k3s does not detect it), but %s sets "
             "default-runtime: %s, which k3s validates against its detected runtimes. Remove that setting" % (
                 plan["default_runtime"]["name"], current["source"], current["value"]))
@@ -463,20 +460,20 @@ def _plan_default_runtime(facts, plan, name, renders, label):
     written = [r["name"] for r in plan["write"]]
     if profile["distribution"] != distro.CONTAINERD:
         if not profile["default_runtime"]:
-            raise PlanError("%s has no default-runtime setting (it came with v1.28.5 and v1.29.0); "
+            raise K3sGpuError("%s has no default-runtime setting (it came with v1.28.5 and v1.29.0); "
                             "upgrade, or give pods runtimeClassName instead" % label)
         if name == "runc":
-            raise PlanError("default_runtime runc: %s checks default-runtime against the runtimes it detects, "
+            raise K3sGpuError("default_runtime runc: %s checks default-runtime against the runtimes it detects, "
                             "which never include runc, so it would not start. runc is already the default: "
                             "leave default_runtime unset" % label)
         if name in renders:
             plan["default_runtime"] = {"name": name, "how": "config_yaml", "path": facts["paths"]["default_runtime_file"]}
             return
         if name not in written:
-            raise PlanError("default_runtime %s is neither detected by %s nor written by this task; "
+            raise K3sGpuError("default_runtime %s is neither detected by %s nor written by this task; "
                             "k3s would refuse to start (`default runtime %s was not found`)" % (name, label, name))
         if target["mode"] == MODE_TEMPLATE and target["schema"] == 2 and template_includes_base(facts, target):
-            raise PlanError(
+            raise K3sGpuError(
                 "default_runtime %s: %s does not detect this runtime, so it must be set as "
                 "default_runtime_name in the containerd config, but the schema-2 base template already emits "
                 "the table that holds it. Install the runtime where k3s detects it (then default-runtime: "
@@ -494,14 +491,14 @@ def _plan_enable_cdi(facts, plan, enable_cdi, label):
     profile = facts["profile"]
     target = plan["target"]
     if enable_cdi and not profile["cdi_supported"]:
-        raise PlanError("enable_cdi: containerd %s (%s) has no CDI support; it came with containerd 1.7" % (
+        raise K3sGpuError("enable_cdi: containerd %s (%s) has no CDI support; it came with containerd 1.7" % (
             profile["containerd"], label))
     if target["mode"] == MODE_TEMPLATE and template_includes_base(facts, target):
         if bool(enable_cdi) == profile["cdi_default_on"]:
             plan["notes"].append("enable_cdi: containerd %s already has enable_cdi = %s by default" % (
                 profile["containerd"], str(bool(enable_cdi)).lower()))
             return
-        raise PlanError(
+        raise K3sGpuError(
             "enable_cdi: %s ships containerd %s, where enable_cdi defaults to %s, and its base template "
             "already emits [plugins.\"%s\"] that holds it, so a template cannot set it without breaking "
             "containerd. Use a release with containerd 2 (v1.31.6+, v1.32.2+, CDI on by default), or leave "

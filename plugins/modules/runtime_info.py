@@ -377,6 +377,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import RUNTIME_INFO_SPEC
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 
 def main():
@@ -388,13 +389,13 @@ def main():
             data_dir=params["data_dir"], toolkit_dirs=params["toolkit_dirs"], binaries=params["binaries"],
             path=params["path"], run_command=lambda argv: module.run_command(argv, check_rc=False),
             newer_release=params["newer_release"])
-    except (detect.DetectError, distro.ReleaseError) as exc:
-        module.fail_json(msg=str(exc))
+    except K3sGpuError as exc:
+        module.fail_json(msg=exc.text(), error=exc.as_dict())
     if facts["profile"].get("assumed_warning"):
         module.warn(facts["profile"]["assumed_warning"])
     try:
         plan = planner.summarize(planner.make_plan(facts, path=params["path"]))
-    except planner.PlanError as exc:
+    except K3sGpuError as exc:
         plan = {"error": str(exc)}
     if facts["known_bad_release"]:
         module.warn("%s %s: %s" % (facts["distribution"], facts["release"], facts["known_bad_release"]))

@@ -24,6 +24,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rul
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as template_check
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 # owner/group/mode/SELinux options of the task, passed on to every file it writes
 _NOT_FILE_ARGS = ("src", "follow", "force", "content", "backup", "remote_src", "regexp", "delimiter", "directory_mode")
@@ -75,16 +76,16 @@ def _checked_labels(labels):
         key, sep, value = str(label).partition("=")
         try:
             if not sep:
-                raise runtimeclasses.RuntimeClassPlanError("node_labels: %r is not key=value" % label)
-            runtimeclasses.check_node_selector({key: value})
-        except runtimeclasses.RuntimeClassPlanError as exc:
-            raise planner.PlanError("%s; nothing was written" % str(exc).replace("node_selector", "node_labels")) from exc
+                raise K3sGpuError("node_labels: %r is not key=value" % label)
+            runtimeclasses.check_node_selector({key: value}, "node_labels")
+        except K3sGpuError as exc:
+            raise K3sGpuError("%s; nothing was written" % exc) from exc
         checked.append("%s=%s" % (key, value))
     return checked
 
 
 def compute(facts, params):
-    """Plan and file changes for the task. Raises PlanError or TomlEditError; nothing is written then."""
+    """Plan and file changes for the task. Raises K3sGpuError or K3sGpuError; nothing is written then."""
     plan = planner.make_plan(
         facts, runtimes=params.get("runtimes"), state=params.get("state") or "present",
         default_runtime=params.get("default_runtime"), enable_cdi=params.get("enable_cdi"), path=params.get("path"))
@@ -200,7 +201,7 @@ def runtime_names_in(text, schema, is_template, path):
     try:
         masked = toml.mask_template(text, path)[0] if is_template else text
         section = toml.containerd_section(toml.loads(masked), schema) or {}
-    except (tomllib.TOMLDecodeError, toml.TomlEditError, ValueError):
+    except (tomllib.TOMLDecodeError, K3sGpuError, ValueError):
         return None
     runtimes = section.get("runtimes")
     return sorted(runtimes) if isinstance(runtimes, dict) else []
@@ -342,7 +343,7 @@ def _layered_default_runtime(facts, plan, target):
             try:
                 layers.append(toml.loads(config["content"]))
             except tomllib.TOMLDecodeError as exc:
-                raise toml.TomlEditError("%s: %s [toml_invalid]; containerd cannot load it either. Fix that line; "
+                raise K3sGpuError("%s: %s [toml_invalid]; containerd cannot load it either. Fix that line; "
                                          "nothing was written" % (config["path"], exc))
     else:
         params = template_check.base_params(facts, facts["profile"], list(facts["release_runtimes"]),
@@ -352,7 +353,7 @@ def _layered_default_runtime(facts, plan, target):
         if template.get("content"):
             try:
                 layers.append(toml.loads(toml.mask_template(template["content"], template["path"])[0]))
-            except (tomllib.TOMLDecodeError, toml.TomlEditError):
+            except (tomllib.TOMLDecodeError, K3sGpuError):
                 pass  # the template check names what is wrong with it
     directory = target["path"].rsplit("/", 1)[0] + "/"
     for info in facts.get("other_dropins") or []:
@@ -440,13 +441,13 @@ def _check_args(facts, params):
     if not target_release:
         return None
     if facts["distribution"] == distro.CONTAINERD:
-        raise planner.PlanError("target_release is for k3s and rke2 nodes (their templates change with the release); "
+        raise K3sGpuError("target_release is for k3s and rke2 nodes (their templates change with the release); "
                                 "this node runs plain containerd")
     try:
         return distro.profile(facts["distribution"], target_release,
                               params.get("newer_release") or distro.NEWER_RELEASE_REFUSE)
-    except distro.ReleaseError as exc:
-        raise planner.PlanError("target_release: %s" % exc)
+    except K3sGpuError as exc:
+        raise K3sGpuError("target_release: %s" % exc)
 
 
 def _template_reader(facts, plan, params):
@@ -471,7 +472,7 @@ def _template_reader(facts, plan, params):
     _record(plan, report)
     blocking = report.refusals if not edit_in_place else [f for f in report.refusals if f.code in _BEFORE_EDIT]
     if blocking:
-        raise toml.TomlEditError(_refusal(report, blocking))
+        raise K3sGpuError(_refusal(report, blocking))
     if report.normalized is not None:
         plan["notes"].append("%s: normalized the encoding (byte order mark / CR line endings removed), as "
                              "normalize_encoding asks" % info["path"])
@@ -488,7 +489,7 @@ def refusal_before_install(facts):
         return None
     try:
         target = planner.select_target(facts)
-    except planner.PlanError:
+    except K3sGpuError:
         return None  # containerd_runtimes reports it with its own options
     key = target.get("template")
     info = facts["files"].get(key) if key else None
@@ -519,7 +520,7 @@ def _check_rendered(facts, plan, params, reader, before, after):
 
 def _raise_if_refused(report):
     if report.refusals:
-        raise toml.TomlEditError(_refusal(report, report.refusals))
+        raise K3sGpuError(_refusal(report, report.refusals))
 
 
 def _refusal(report, findings):

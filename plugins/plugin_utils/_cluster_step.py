@@ -24,6 +24,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plug
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 GPU_OPERATOR = "gpu_operator"
 RUNTIMECLASSES = "runtimeclasses"
@@ -58,19 +59,15 @@ SERVER_VARS = ("gpu_node_root", "gpu_node_distribution", "gpu_node_release", "gp
 NODE_VARS = ("gpu_node_mode", "gpu_node_driver_install")
 
 
-class ClusterStepError(ValueError):
-    """A cluster setting or layout the step refuses; the message names the variable and the fix."""
-
-
 def read_settings(values):
-    """The runtimeclasses_* variables (a mapping of what is set), converted; raises ClusterStepError."""
+    """The runtimeclasses_* variables (a mapping of what is set), converted; raises K3sGpuError."""
     given = dict((name, values[name]) for name in SETTINGS_SPEC if name in values)
     validated = ArgumentSpecValidator(SETTINGS_SPEC).validate(given)
     if validated.error_messages:
-        raise ClusterStepError("; ".join(validated.error_messages))
+        raise K3sGpuError("; ".join(validated.error_messages))
     settings = validated.validated_parameters
     if settings["runtimeclasses_method"] == "api" and not settings["runtimeclasses_kubeconfig"]:
-        raise ClusterStepError("runtimeclasses_method is api but runtimeclasses_kubeconfig is not set; set it to the "
+        raise K3sGpuError("runtimeclasses_method is api but runtimeclasses_kubeconfig is not set; set it to the "
                                "kubeconfig of the cluster, or use runtimeclasses_method=manifest")
     # the shape of the RuntimeClass fields, before any host is touched
     runtimeclasses.check_node_selector(settings["runtimeclasses_node_selector"] or None)
@@ -88,7 +85,7 @@ def clusters(cluster_of, run_hosts, active_hosts, pattern_hosts, servers, server
     host of k3s_gpu_nodes in the inventory (--limit aside); servers: every host of k3s_gpu_servers (inventory
     order, --limit aside). The writer is the cluster's first server that has not failed in this run."""
     if not servers:
-        raise ClusterStepError("k3s_gpu_servers (now %s) matches no host of the inventory; set it to the group or pattern "
+        raise K3sGpuError("k3s_gpu_servers (now %s) matches no host of the inventory; set it to the group or pattern "
                                "of your k3s/rke2 servers (k3s-ansible: server, rke2-ansible: rke2_servers)" % servers_pattern)
     in_run = set(run_hosts)
     failed = in_run - set(active_hosts)
@@ -111,7 +108,7 @@ def clusters(cluster_of, run_hosts, active_hosts, pattern_hosts, servers, server
         candidates = [s for s in servers if cluster_of(s) == name]
         usable = [s for s in candidates if s not in failed]
         if not usable:
-            raise ClusterStepError(
+            raise K3sGpuError(
                 "cluster %s (hosts %s) has no %sserver in k3s_gpu_servers (%s); add its servers to that group, or set "
                 "k3s_gpu_cluster on them to %s" % (name, ", ".join(entry["hosts"]), "reachable " if candidates else "",
                                                    servers_pattern, name))
@@ -187,7 +184,7 @@ def decide(cluster, server, nodes, settings, operator_settings, objects, root="/
     settings: read_settings(); operator_settings: the role's gpu_node_operator_* read by _role_vars (operator_*), converted;
     objects: which of OBJECTS this run writes; earlier: handlers of the RuntimeClass manifest on the server (read
     only when the run is partial); plugin_settings: the role's device plugin variables (without the gpu_node_ prefix).
-    Raises ClusterStepError."""
+    Raises K3sGpuError."""
     complete = cluster["complete"]
     paths = server["paths"]
     prefix = root.rstrip("/")
@@ -198,8 +195,8 @@ def decide(cluster, server, nodes, settings, operator_settings, objects, root="/
     mode_nodes = [{"host": n["host"], "mode": n["mode"], "driver_install": n["driver_install"]} for n in nodes]
     try:
         operator_plan = gpu_operator.plan_cluster(server, _plan_settings(operator_settings), mode_nodes)
-    except gpu_operator.GpuOperatorPlanError as exc:
-        raise ClusterStepError(str(exc)) from exc
+    except K3sGpuError as exc:
+        raise K3sGpuError(str(exc)) from exc
     if GPU_OPERATOR in objects:
         result["gpu_operator"] = _operator_files(result, operator_plan, operator_settings, paths, prefix, complete)
     owned = operator_plan["runtimeclasses"]
@@ -214,8 +211,8 @@ def decide(cluster, server, nodes, settings, operator_settings, objects, root="/
             server, reported, node_selector=settings["runtimeclasses_node_selector"] or None,
             overhead=settings["runtimeclasses_overhead"] or None,
             select_by_handler_label=settings["runtimeclasses_select_nodes"])
-    except runtimeclasses.RuntimeClassPlanError as exc:
-        raise ClusterStepError(str(exc)) from exc
+    except K3sGpuError as exc:
+        raise K3sGpuError(str(exc)) from exc
     if RUNTIMECLASSES in objects:
         result["runtimeclasses"] = _runtimeclass_files(result, classes, settings, paths, prefix, complete)
     if DEVICE_PLUGIN in objects:
@@ -307,10 +304,7 @@ def _device_plugin_files(result, server, nodes, plugin_settings, operator_wanted
     wanted = state == "present" and not operator_wanted and bool(gpu_nodes)
     report = {"wanted": wanted, "manifest": path}
     if wanted:
-        try:
-            plan = device_plugin.plan_cluster(server, host_step.device_plugin_settings(plugin_settings), gpu_nodes, available)
-        except device_plugin.DevicePluginPlanError as exc:
-            raise ClusterStepError(str(exc).rstrip(".")) from exc
+        plan = device_plugin.plan_cluster(server, host_step.device_plugin_settings(plugin_settings), gpu_nodes, available)
         sharing = (plan["values"].get("config") or {}).get("map") or {}
         report.update(chart_version=plan["chart_version"], runtime_class=plan["runtime_class"],
                       device_list_strategy=plan["device_list_strategy"], device_list_reason=plan["device_list_reason"],

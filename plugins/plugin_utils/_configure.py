@@ -22,6 +22,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import CONTA
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes_engine
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _check_cache as check_cache
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 
 # containerd_runtimes' options with the file options it passes on to node_files
@@ -50,7 +51,7 @@ def run(result, params, execute_module, want_diff, own_files=False, extra_change
     if facts is None:
         facts = read_node(execute_module, params, binaries)
         if facts.get("failed"):
-            result.update(failed=True, msg=facts.get("msg"))
+            result.update(failed=True, msg=facts.get("msg"), error=facts.get("error"))
             return result
         # the reading's warnings become this task's (ansible-core 2.19+ hands them over as WarningSummary
         # objects, which Display.warning does not take; the task result's `warnings` takes both)
@@ -64,8 +65,8 @@ def run(result, params, execute_module, want_diff, own_files=False, extra_change
     params["_own_files"] = own_files
     try:
         plan, changes = changes_engine.compute(facts, params)
-    except (planner.PlanError, toml.TomlEditError) as exc:
-        result.update(failed=True, msg=str(exc), changed=False)
+    except K3sGpuError as exc:
+        result.update(failed=True, msg=exc.text(), error=exc.as_dict(), changed=False)
         return result
     result.update(changes_engine.result_fields(facts, plan))
     changes = changes + list(extra_changes)

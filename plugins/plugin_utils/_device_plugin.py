@@ -36,6 +36,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _helmchart a
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _manifest_yaml as manifest_yaml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 # Also the Helm release name: it contains the chart name, so the chart names its objects
 # nvidia-device-plugin, nvidia-device-plugin-configs, ... (templates/_helpers.tpl fullname).
@@ -84,10 +85,6 @@ _REGISTRY = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]+)?(/[a-z
 _CONFIG_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
 
 
-class DevicePluginPlanError(ValueError):
-    """Settings or cluster facts the device plugin cannot be deployed with; the message says the fix."""
-
-
 @dataclass(frozen=True)
 class NodeFacts:
     """What the plan needs to know about one GPU node of the cluster.
@@ -118,21 +115,21 @@ def _closest(name, known):
 def _refuse_unknown_keys(mapping, known, where):
     unknown = sorted(str(key) for key in mapping if key not in known)
     if unknown:
-        raise DevicePluginPlanError("%s has no key %s%s; its keys are %s." % (
+        raise K3sGpuError("%s has no key %s%s; its keys are %s." % (
             where, unknown[0], _closest(unknown[0], known), ", ".join(known)))
 
 
 def _check_choice(setting, value, choices, allow_auto=False):
     allowed = ((AUTO,) if allow_auto else ()) + tuple(choices)
     if value not in allowed:
-        raise DevicePluginPlanError("%s is %r%s; use one of %s." % (
+        raise K3sGpuError("%s is %r%s; use one of %s." % (
             VARIABLES[setting], value, _closest(value, allowed), ", ".join(allowed)))
     return value
 
 
 def _check_bool(where, value):
     if not isinstance(value, bool):
-        raise DevicePluginPlanError("%s must be true or false, got %r." % (where, value))
+        raise K3sGpuError("%s must be true or false, got %r." % (where, value))
     return value
 
 
@@ -143,7 +140,7 @@ def chart_facts(version):
     plain = version.lstrip("v") if isinstance(version, str) else version
     if plain not in release_rules.DEVICE_PLUGIN_VERSIONS:
         known = ", ".join(sorted(release_rules.DEVICE_PLUGIN_VERSIONS, key=_version_key))
-        raise DevicePluginPlanError(
+        raise K3sGpuError(
             "%s is %r, a chart version this collection does not know (its image and values are checked per version); "
             "use one of %s." % (VARIABLES["chart_version"], version, known))
     return dict(release_rules.DEVICE_PLUGIN_VERSIONS[plain], version=plain)
@@ -161,7 +158,7 @@ def check_sharing(sharing, chart, mig_strategy="none", variable=VARIABLES["shari
     if sharing is None:
         return None
     if not isinstance(sharing, Mapping):
-        raise DevicePluginPlanError("%s must be a dict such as {strategy: time-slicing, replicas: 4}, got %s." % (
+        raise K3sGpuError("%s must be a dict such as {strategy: time-slicing, replicas: 4}, got %s." % (
             variable, _type_name(sharing)))
     if not sharing:
         return None
@@ -171,24 +168,24 @@ def check_sharing(sharing, chart, mig_strategy="none", variable=VARIABLES["shari
     if strategy == SHARING_NONE:
         extra = sorted(key for key in sharing if key != "strategy")
         if extra:
-            raise DevicePluginPlanError("%s: strategy none shares nothing, so %s has no meaning; drop it or pick %s." % (
+            raise K3sGpuError("%s: strategy none shares nothing, so %s has no meaning; drop it or pick %s." % (
                 variable, extra[0], " or ".join(strategies)))
         return None
     if strategy not in strategies:
-        raise DevicePluginPlanError("%s.strategy is %r%s; use %s (or none)." % (
+        raise K3sGpuError("%s.strategy is %r%s; use %s (or none)." % (
             variable, strategy, _closest(strategy, strategies + (SHARING_NONE,)), " or ".join(strategies)))
     replicas = sharing.get("replicas")
     # bool is an int in Python; the plugin reads a JSON number
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 2:
-        raise DevicePluginPlanError(
+        raise K3sGpuError(
             "%s.replicas is %r; set a whole number of 2 or more (how many pods share one GPU; the plugin refuses "
             "fewer than 2)." % (variable, replicas))
     if strategy == "mps" and replicas > chart["mps_max_replicas"]:
-        raise DevicePluginPlanError(
+        raise K3sGpuError(
             "%s.replicas is %d, above the %d clients one MPS server takes (16 before compute capability 7.5); "
             "set %d or fewer." % (variable, replicas, chart["mps_max_replicas"], chart["mps_max_replicas"]))
     if strategy == "mps" and mig_strategy == "mixed":
-        raise DevicePluginPlanError(
+        raise K3sGpuError(
             "%s uses MPS, which the plugin refuses with MIG strategy mixed; set %s to none or single, or share with "
             "time-slicing." % (variable, VARIABLES["mig_strategy"]))
     rename = _check_bool(variable + ".rename_by_default", sharing.get("rename_by_default", False))
@@ -226,16 +223,16 @@ def _check_configs(configs, chart, mig_strategy):
     if configs is None:
         return {}
     if not isinstance(configs, Mapping):
-        raise DevicePluginPlanError("%s must be a dict of config name -> sharing setting, got %s." % (
+        raise K3sGpuError("%s must be a dict of config name -> sharing setting, got %s." % (
             variable, _type_name(configs)))
     checked = {}
     for name in sorted(configs, key=str):
         if not isinstance(name, str) or not _CONFIG_NAME.match(name):
-            raise DevicePluginPlanError(
+            raise K3sGpuError(
                 "%s has the config name %r; use letters, digits, '-', '_' or '.', up to 63 characters (it is a node "
                 "label value)." % (variable, name))
         if name == DEFAULT_CONFIG_NAME:
-            raise DevicePluginPlanError(
+            raise K3sGpuError(
                 "%s names a config %r, the name of the cluster-wide config (set that one with %s); rename it." % (
                     variable, name, VARIABLES["sharing"]))
         checked[name] = check_sharing(configs[name], chart, mig_strategy, variable="%s.%s" % (variable, name))
@@ -250,21 +247,21 @@ def node_facts(value):
         value = {"host": value.host, "cdi_enabled": value.cdi_enabled, "cdi_spec": value.cdi_spec,
                  "handlers": value.handlers, "config": value.config}
     if not isinstance(value, Mapping):
-        raise DevicePluginPlanError("each node must be a dict with the keys %s, got %s." % (
+        raise K3sGpuError("each node must be a dict with the keys %s, got %s." % (
             ", ".join(NODE_KEYS), _type_name(value)))
     host = value.get("host")
     if not isinstance(host, str) or not host:
-        raise DevicePluginPlanError("a node's host must be its inventory hostname, got %r." % (host,))
+        raise K3sGpuError("a node's host must be its inventory hostname, got %r." % (host,))
     _refuse_unknown_keys(value, NODE_KEYS, "the facts of node %s" % host)
     where = "the facts of node %s" % host
     handlers = value.get("handlers")
     if handlers is not None:
         if not isinstance(handlers, (list, tuple)) or not all(isinstance(h, str) for h in handlers):
-            raise DevicePluginPlanError("%s: handlers must be a list of runtime handler names, got %r." % (where, handlers))
+            raise K3sGpuError("%s: handlers must be a list of runtime handler names, got %r." % (where, handlers))
         handlers = tuple(sorted(set(handlers)))
     config = value.get("config") or ""
     if not isinstance(config, str):
-        raise DevicePluginPlanError("%s: config must be a config name, got %r." % (where, config))
+        raise K3sGpuError("%s: config must be a config name, got %r." % (where, config))
     return NodeFacts(host=host, cdi_enabled=_check_bool(where + ": cdi_enabled", value.get("cdi_enabled", False)),
                      cdi_spec=_check_bool(where + ": cdi_spec", value.get("cdi_spec", False)),
                      handlers=handlers, config=config)
@@ -272,12 +269,12 @@ def node_facts(value):
 
 def _check_nodes(nodes):
     if not isinstance(nodes, (list, tuple)):
-        raise DevicePluginPlanError("nodes must be a list of node facts, got %s." % _type_name(nodes))
+        raise K3sGpuError("nodes must be a list of node facts, got %s." % _type_name(nodes))
     checked = [node_facts(node) for node in nodes]
     hosts = [node.host for node in checked]
     twice = sorted(set(host for host in hosts if hosts.count(host) > 1))
     if twice:
-        raise DevicePluginPlanError("node %s is listed twice in the cluster's nodes." % twice[0])
+        raise K3sGpuError("node %s is listed twice in the cluster's nodes." % twice[0])
     return sorted(checked, key=lambda node: node.host)
 
 
@@ -286,7 +283,7 @@ def _check_nodes(nodes):
 def _runtimeclass_pairs(available):
     """[(name, handler)] from RuntimeClass names (handler = name) or {name, handler} dicts."""
     if not isinstance(available, (list, tuple)):
-        raise DevicePluginPlanError("runtimeclasses must be a list of RuntimeClass names or {name, handler} dicts, got "
+        raise K3sGpuError("runtimeclasses must be a list of RuntimeClass names or {name, handler} dicts, got "
                                     "%s." % _type_name(available))
     pairs = []
     for item in available:
@@ -295,7 +292,7 @@ def _runtimeclass_pairs(available):
         elif isinstance(item, Mapping) and isinstance(item.get("name"), str):
             pairs.append((item["name"], item.get("handler") or item["name"]))
         else:
-            raise DevicePluginPlanError("runtimeclasses has %r; give a RuntimeClass name or {name, handler}." % (item,))
+            raise K3sGpuError("runtimeclasses has %r; give a RuntimeClass name or {name, handler}." % (item,))
     return sorted(set(pairs))
 
 
@@ -310,13 +307,13 @@ def choose_runtime_class(available, nodes, wanted=""):
     if wanted:
         handlers = [handler for name, handler in pairs if name == wanted]
         if not handlers:
-            raise DevicePluginPlanError(
+            raise K3sGpuError(
                 "%s is %r, but the cluster has no RuntimeClass of that name (it has %s); create it with the "
                 "k3s_gpu.nvidia.runtimeclasses playbook or pick an existing one." % (
                     variable, wanted, ", ".join(name for name, _h in pairs) or "none"))
         missing = [node.host for node in nodes if node.handlers is not None and handlers[0] not in node.handlers]
         if missing:
-            raise DevicePluginPlanError(
+            raise K3sGpuError(
                 "%s is %s, whose handler %s is not configured in containerd on %s; the plugin pod would not start "
                 "there, so pick a RuntimeClass whose handler every GPU node has." % (
                     variable, wanted, handlers[0], ", ".join(missing)))
@@ -328,7 +325,7 @@ def choose_runtime_class(available, nodes, wanted=""):
         for name, handler in pairs:
             if handler == preferred and all(node.handlers is None or handler in node.handlers for node in nodes):
                 return name
-    raise DevicePluginPlanError(
+    raise K3sGpuError(
         "the cluster has no NVIDIA RuntimeClass whose handler every GPU node has (RuntimeClasses: %s); without one "
         "the plugin runs under runc and cannot load NVML, so create them with the k3s_gpu.nvidia.runtimeclasses "
         "playbook, or set %s." % (", ".join("%s (handler %s)" % pair for pair in pairs) or "none", variable))
@@ -365,7 +362,7 @@ def choose_device_list_strategy(nodes, profile, wanted=AUTO, chart=None):
                 return "envvar", "envvar: " + "; ".join(problems)
             return "cdi-cri", "cdi-cri: every GPU node's containerd has CDI on and an NVIDIA CDI spec"
         if problems:
-            raise DevicePluginPlanError(
+            raise K3sGpuError(
                 "%s is %s, but %s; enable CDI and generate the specs on those nodes (the gpu_node role does so in "
                 "host mode), or set it to auto." % (VARIABLES["device_list_strategy"], wanted, "; ".join(problems)))
         return wanted, "%s: set by %s" % (wanted, VARIABLES["device_list_strategy"])
@@ -378,7 +375,7 @@ def _check_settings(settings):
     if settings is None:
         settings = {}
     if not isinstance(settings, Mapping):
-        raise DevicePluginPlanError("settings must be a dict, got %s." % _type_name(settings))
+        raise K3sGpuError("settings must be a dict, got %s." % _type_name(settings))
     _refuse_unknown_keys(settings, SETTING_KEYS, "the device plugin settings")
     chart = chart_facts(settings.get("chart_version") or release_rules.DEVICE_PLUGIN_CHART["default_version"])
     checked = {
@@ -394,21 +391,21 @@ def _check_settings(settings):
         "image_registry": settings.get("image_registry") or "",
     }
     if not isinstance(checked["chart_repo"], str) or not re.match(r"(https|http|oci)://[^\s]+\Z", checked["chart_repo"]):
-        raise DevicePluginPlanError("%s is %r; give the chart repository as an https://, http:// or oci:// URL." % (
+        raise K3sGpuError("%s is %r; give the chart repository as an https://, http:// or oci:// URL." % (
             VARIABLES["chart_repo"], checked["chart_repo"]))
     archive = checked["chart_archive"]
     if archive and not (isinstance(archive, str) and _CHART_ARCHIVE.match(archive)):
-        raise DevicePluginPlanError("%s is %r; give a file name ending in .tgz (the archive is served from the "
+        raise K3sGpuError("%s is %r; give a file name ending in .tgz (the archive is served from the "
                                     "server's static/charts directory)." % (VARIABLES["chart_archive"], archive))
     namespace = checked["namespace"]
     if not isinstance(namespace, str) or len(namespace) > 63 or not runtimeclasses.DNS1123_LABEL.match(namespace):
-        raise DevicePluginPlanError("%s is %r; give a namespace name (lowercase letters, digits and '-')." % (
+        raise K3sGpuError("%s is %r; give a namespace name (lowercase letters, digits and '-')." % (
             VARIABLES["namespace"], namespace))
     if namespace == "default":
-        raise DevicePluginPlanError("%s is default, which the chart refuses; use a namespace of its own such as %s." % (
+        raise K3sGpuError("%s is default, which the chart refuses; use a namespace of its own such as %s." % (
             VARIABLES["namespace"], DEFAULT_NAMESPACE))
     if not isinstance(checked["runtime_class"], str):
-        raise DevicePluginPlanError("%s must be a RuntimeClass name, got %r." % (
+        raise K3sGpuError("%s must be a RuntimeClass name, got %r." % (
             VARIABLES["runtime_class"], checked["runtime_class"]))
     _check_choice("mig_strategy", checked["mig_strategy"], chart["mig_strategies"])
     if checked["device_discovery_strategy"] is not None:
@@ -417,7 +414,7 @@ def _check_settings(settings):
     _check_bool(VARIABLES["gfd"], checked["gfd"])
     registry = checked["image_registry"]
     if registry and not (isinstance(registry, str) and _REGISTRY.match(registry)):
-        raise DevicePluginPlanError(
+        raise K3sGpuError(
             "%s is %r; give the registry that mirrors the images as host[:port][/path], without a scheme or tag (for "
             "example registry.example.com:5000/mirror)." % (VARIABLES["image_registry"], registry))
     checked["sharing"] = check_sharing(settings.get("sharing"), chart, checked["mig_strategy"])
@@ -427,12 +424,12 @@ def _check_settings(settings):
 
 def _cluster_profile(cluster):
     if not isinstance(cluster, Mapping) or cluster.get("distribution") not in (distro.K3S, distro.RKE2):
-        raise DevicePluginPlanError("cluster must be the runtime_info result of a k3s or rke2 server (distribution, "
+        raise K3sGpuError("cluster must be the runtime_info result of a k3s or rke2 server (distribution, "
                                     "release, paths); host mode deploys a k3s/rke2 HelmChart.")
     try:
         return distro.profile(cluster["distribution"], cluster.get("release"), release_rules.newer_release_of(cluster))
-    except distro.ReleaseError as exc:
-        raise DevicePluginPlanError("cluster release: %s" % exc) from exc
+    except K3sGpuError as exc:
+        raise K3sGpuError("cluster release: %s" % exc) from exc
 
 
 def _mirrored(registry, image):
@@ -462,7 +459,7 @@ def labels_of_node(settings, host, config=""):
     config.yaml.d), from the same settings as plan_cluster; a config name must be one of settings' configs."""
     checked = _check_settings(settings)
     if config and config not in checked["configs"]:
-        raise DevicePluginPlanError("gpu_node_device_plugin_config is %r, which is not a key of %s%s; add it there, or "
+        raise K3sGpuError("gpu_node_device_plugin_config is %r, which is not a key of %s%s; add it there, or "
                                     "leave it empty for the cluster-wide config." % (
                                         config, VARIABLES["configs"], _closest(config, tuple(checked["configs"]))))
     labels = node_labels([NodeFacts(host=host, config=config)], checked["sharing"], checked["configs"])[host]
@@ -491,7 +488,7 @@ def chart_values(settings, runtime_class, device_list_strategy, nodes):
             values["nfd"] = {"image": {"repository": _mirrored(settings["image_registry"], chart["nfd_image_repository"])}}
     unknown = sorted(set(node.config for node in nodes if node.config) - set(settings["configs"]))
     if unknown:
-        raise DevicePluginPlanError(
+        raise K3sGpuError(
             "a node asks for the plugin config %s, which %s does not define (it defines %s); add it there or clear the "
             "node's config." % (unknown[0], VARIABLES["configs"], ", ".join(settings["configs"]) or "none"))
     if settings["sharing"] is not None or settings["configs"]:
@@ -545,7 +542,7 @@ def plan_cluster(cluster, settings, nodes, runtimeclasses_available):
 def render_manifest(plan):
     """The manifest text for the auto-deploy directory (a comment, then the HelmChart)."""
     if not plan.get("objects"):
-        raise DevicePluginPlanError("no device-plugin objects to render (the cluster has no host-mode GPU node); "
+        raise K3sGpuError("no device-plugin objects to render (the cluster has no host-mode GPU node); "
                                     "remove the manifest instead.")
     return helmchart.render(
         "Managed by %s; edits are overwritten. NVIDIA device plugin %s for k3s/rke2 (host mode)." % (

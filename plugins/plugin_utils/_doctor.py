@@ -15,6 +15,7 @@ import posixpath
 import re
 import time
 
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, clause
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
@@ -29,12 +30,9 @@ FABRIC_MANAGER_UNIT = "nvidia-fabricmanager"
 PERSISTENCED_UNIT = "nvidia-persistenced"
 
 
-class Broken(Exception):
-    """A layer that is broken: what is wrong on the node, and what to run or set (the role's variable where one does)."""
-
-    def __init__(self, cause, fix):
-        super(Broken, self).__init__(cause)
-        self.cause, self.fix = cause.rstrip("."), fix.rstrip(".")
+class Broken(K3sGpuError):
+    """A layer that is broken: what is wrong on the node, and what to run or set (the role's variable where one does).
+    Its own type: the doctor catches it to name the layer, and lets every other error through."""
 
 
 def _gpu_count(driver):
@@ -323,7 +321,7 @@ def unread(host, why):
     """The report of a node that could not be read: nothing of it was checked, so it fails at its first layer."""
     return {"host": host, "gpu_node": True, "passed": [], "handlers": [], "labels": [],
             "broken": {"layer": NODE_LAYERS[0], "cause": "the node could not be read, nothing was checked: %s"
-                       % str(why).rstrip("."), "fix": "mend what the message names (reachability, gpu_node_* variables), "
+                       % clause(why), "fix": "mend what the message names (reachability, gpu_node_* variables), "
                                                       "then run the doctor again"}}
 
 

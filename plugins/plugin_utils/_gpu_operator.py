@@ -34,6 +34,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _helmchart as helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 MODE_HOST = "host"
 MODE_OPERATOR = "operator"
@@ -62,10 +63,6 @@ _CHART_VERSION = re.compile(r"v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?\Z")
 _CHART_ARCHIVE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.tgz\Z")
 
 
-class GpuOperatorPlanError(ValueError):
-    """Settings or a node state that operator mode cannot apply safely; the message says the fix."""
-
-
 def _type_name(value):
     return type(value).__name__
 
@@ -86,17 +83,17 @@ def plan_node(info, mode, operator_toolkit=True, operator_driver=False, toolkit_
 
     Returns {"mode", "install_toolkit", "remove_host_toolkit", "remove_operator_leftovers", "install_driver", "generate_cdi",
     "default_runtime", "pending": [str], "owners": {runtime: owner}, "operator_handlers": [str]}.
-    Raises GpuOperatorPlanError when two owners would manage one thing.
+    Raises K3sGpuError when two owners would manage one thing.
     """
     who = host or "this node"
     if mode not in MODES:
-        raise GpuOperatorPlanError("gpu_node_mode is %r; use host (the role installs the toolkit) or operator (NVIDIA's "
+        raise K3sGpuError("gpu_node_mode is %r; use host (the role installs the toolkit) or operator (NVIDIA's "
                                    "GPU Operator does)" % (mode,))
     for name, value in (("operator_toolkit", operator_toolkit), ("operator_driver", operator_driver),
                         ("toolkit_install", toolkit_install), ("driver_install", driver_install), ("live", live),
                         ("remove_operator_leftovers", remove_operator_leftovers)):
         if not isinstance(value, bool):
-            raise GpuOperatorPlanError("%s must be true or false, got %r" % (name, value))
+            raise K3sGpuError("%s must be true or false, got %r" % (name, value))
     operator_layout = info["gpu_operator"]
     host_toolkit = info["host_toolkit"]
     owners = dict((r["name"], r["owner"]) for r in info["runtimes"])
@@ -114,7 +111,7 @@ def plan_node(info, mode, operator_toolkit=True, operator_driver=False, toolkit_
             result["install_toolkit"] = toolkit_install
             return result
         if operator_layout["present"] and host_toolkit["present"]:
-            raise GpuOperatorPlanError(
+            raise K3sGpuError(
                 "%s has two NVIDIA toolkits: the GPU Operator's in %s and the host's (%s). k3s/rke2 use the operator's "
                 "first and the two fight over the runtimes. Keep one: gpu_node_mode=operator hands the node to the "
                 "operator (the role removes the host toolkit packages), or uninstall the GPU Operator (its toolkit "
@@ -122,7 +119,7 @@ def plan_node(info, mode, operator_toolkit=True, operator_driver=False, toolkit_
                 "gpu_node_remove_operator_leftovers=true). Nothing was changed." % (
                     who, operator_files, host_files, operator_layout["toolkit_dir"]))
         if operator_layout["present"] and toolkit_install:
-            raise GpuOperatorPlanError(
+            raise K3sGpuError(
                 "%s has the GPU Operator's toolkit in %s, and gpu_node_mode=host with gpu_node_toolkit_install=true "
                 "would install a second one on the host. Set gpu_node_mode=operator if the operator manages this node, "
                 "or gpu_node_toolkit_install=false to keep the operator's toolkit and only add the runtime blocks "
@@ -133,7 +130,7 @@ def plan_node(info, mode, operator_toolkit=True, operator_driver=False, toolkit_
 
     # operator mode
     if driver_install and operator_driver:
-        raise GpuOperatorPlanError(
+        raise K3sGpuError(
             "%s: gpu_node_driver_install=true and the GPU Operator's driver is on (gpu_node_operator_driver=true): two "
             "owners for the kernel module. Set gpu_node_operator_driver=false (the operator uses the host driver) or "
             "gpu_node_driver_install=false. Nothing was changed." % who)
@@ -141,7 +138,7 @@ def plan_node(info, mode, operator_toolkit=True, operator_driver=False, toolkit_
         result["generate_cdi"] = False  # the operator's toolkit writes its CDI specs itself
         if host_toolkit["present"]:
             if not (toolkit_install and live):
-                raise GpuOperatorPlanError(
+                raise K3sGpuError(
                     "%s is in operator mode, where the GPU Operator installs the toolkit, but a host toolkit is there "
                     "(%s). Remove its packages (gpu_node_toolkit_install=true lets the role remove them on a real "
                     "root), or keep it and set gpu_node_operator_toolkit=false so the operator does not install a "
@@ -149,7 +146,7 @@ def plan_node(info, mode, operator_toolkit=True, operator_driver=False, toolkit_
             result["remove_host_toolkit"] = True
         return _default_runtime_now(info, result, who)
     if operator_layout["present"]:
-        raise GpuOperatorPlanError(
+        raise K3sGpuError(
             "%s: the GPU Operator's toolkit is off (gpu_node_operator_toolkit=false), yet %s holds its runtimes; "
             "k3s/rke2 search that directory first, so they would win over the host toolkit. Remove the directory "
             "(left by an earlier operator install), or set gpu_node_operator_toolkit=true. Nothing was changed." % (
@@ -180,13 +177,13 @@ def _default_runtime_now(info, result, who):
 def chart_line(version):
     """'v26.3.3' -> '26.3', refused when this collection does not know the line."""
     if not isinstance(version, str) or not _CHART_VERSION.match(version):
-        raise GpuOperatorPlanError("chart_version %r is not a chart version like %s" % (
+        raise K3sGpuError("chart_version %r is not a chart version like %s" % (
             version, release_rules.GPU_OPERATOR_CHART["default_version"]))
     major, minor = version.lstrip("v").split(".")[:2]
     line = "%s.%s" % (int(major), int(minor))
     if line not in release_rules.GPU_OPERATOR_LINES:
         known = ", ".join(sorted(release_rules.GPU_OPERATOR_LINES, key=_line_key))
-        raise GpuOperatorPlanError(
+        raise K3sGpuError(
             "chart_version %s: this collection knows the GPU Operator lines %s (what each creates and deletes, its "
             "values); use one of those, for example %s" % (version, known, release_rules.GPU_OPERATOR_CHART["default_version"]))
     return line
@@ -234,10 +231,10 @@ def deep_merge(base, extra):
 
 def _check_settings(settings):
     if not isinstance(settings, Mapping):
-        raise GpuOperatorPlanError("settings must be a dict, got %s" % _type_name(settings))
+        raise K3sGpuError("settings must be a dict, got %s" % _type_name(settings))
     unknown = sorted(str(key) for key in settings if key not in SETTING_KEYS)
     if unknown:
-        raise GpuOperatorPlanError("unknown setting(s) %s; the settings are %s" % (", ".join(unknown), ", ".join(SETTING_KEYS)))
+        raise K3sGpuError("unknown setting(s) %s; the settings are %s" % (", ".join(unknown), ", ".join(SETTING_KEYS)))
     checked = {
         "chart_version": settings.get("chart_version") or release_rules.GPU_OPERATOR_CHART["default_version"],
         "chart_repo": settings.get("chart_repo") or release_rules.GPU_OPERATOR_CHART["repo"],
@@ -251,61 +248,61 @@ def _check_settings(settings):
     }
     checked["line"] = chart_line(checked["chart_version"])
     if not re.match(r"(https|http|oci)://[^\s]+\Z", str(checked["chart_repo"])):
-        raise GpuOperatorPlanError("gpu_node_operator_chart_repo %r is not an https://, http:// or oci:// URL" % (
+        raise K3sGpuError("gpu_node_operator_chart_repo %r is not an https://, http:// or oci:// URL" % (
             checked["chart_repo"],))
     archive = checked["chart_archive"]
     if archive and not (isinstance(archive, str) and _CHART_ARCHIVE.match(archive)):
-        raise GpuOperatorPlanError("gpu_node_operator_chart_archive %r must be a file name ending in .tgz (the archive is "
+        raise K3sGpuError("gpu_node_operator_chart_archive %r must be a file name ending in .tgz (the archive is "
                                    "copied to the server's static/charts directory)" % (archive,))
     namespace = checked["namespace"]
     if not isinstance(namespace, str) or len(namespace) > 63 or not runtimeclasses.DNS1123_LABEL.match(namespace):
-        raise GpuOperatorPlanError("gpu_node_operator_namespace %r is not a namespace name (lowercase letters, digits, "
+        raise K3sGpuError("gpu_node_operator_namespace %r is not a namespace name (lowercase letters, digits, "
                                    "'-')" % (checked["namespace"],))
     if checked["cdi"] is not None and not isinstance(checked["cdi"], bool):
-        raise GpuOperatorPlanError("gpu_node_operator_cdi must be true, false or null (the chart's default), got %r" % (
+        raise K3sGpuError("gpu_node_operator_cdi must be true, false or null (the chart's default), got %r" % (
             checked["cdi"],))
     if checked["driver"] != "auto" and not isinstance(checked["driver"], bool):
-        raise GpuOperatorPlanError("gpu_node_operator_driver must be auto, true or false, got %r" % (checked["driver"],))
+        raise K3sGpuError("gpu_node_operator_driver must be auto, true or false, got %r" % (checked["driver"],))
     if not isinstance(checked["toolkit"], bool):
-        raise GpuOperatorPlanError("gpu_node_operator_toolkit must be true or false, got %r" % (checked["toolkit"],))
+        raise K3sGpuError("gpu_node_operator_toolkit must be true or false, got %r" % (checked["toolkit"],))
     for name in ("values", "helmchart_spec"):
         if not isinstance(checked[name], Mapping):
-            raise GpuOperatorPlanError("gpu_node_operator_%s must be a dict, got %s" % (name, _type_name(checked[name])))
+            raise K3sGpuError("gpu_node_operator_%s must be a dict, got %s" % (name, _type_name(checked[name])))
     return checked
 
 
 def _check_nodes(nodes):
     if not isinstance(nodes, (list, tuple)):
-        raise GpuOperatorPlanError("nodes must be a list of {host, mode, driver_install} dicts, got %s" % _type_name(nodes))
+        raise K3sGpuError("nodes must be a list of {host, mode, driver_install} dicts, got %s" % _type_name(nodes))
     checked = []
     for index, node in enumerate(nodes):
         where = "nodes[%d]" % index
         if not isinstance(node, Mapping):
-            raise GpuOperatorPlanError("%s must be a dict, got %s" % (where, _type_name(node)))
+            raise K3sGpuError("%s must be a dict, got %s" % (where, _type_name(node)))
         unknown = sorted(str(key) for key in node if key not in NODE_KEYS)
         if unknown:
-            raise GpuOperatorPlanError("%s has unknown key(s) %s; the keys are %s" % (where, ", ".join(unknown), ", ".join(NODE_KEYS)))
+            raise K3sGpuError("%s has unknown key(s) %s; the keys are %s" % (where, ", ".join(unknown), ", ".join(NODE_KEYS)))
         host = node.get("host")
         if not isinstance(host, str) or not host:
-            raise GpuOperatorPlanError("%s.host must be the inventory hostname, got %r" % (where, host))
+            raise K3sGpuError("%s.host must be the inventory hostname, got %r" % (where, host))
         mode = node.get("mode", MODE_HOST)
         if mode not in MODES:
-            raise GpuOperatorPlanError("%s (%s): gpu_node_mode is %r; use host or operator" % (where, host, mode))
+            raise K3sGpuError("%s (%s): gpu_node_mode is %r; use host or operator" % (where, host, mode))
         driver_install = node.get("driver_install", False)
         if not isinstance(driver_install, bool):
-            raise GpuOperatorPlanError("%s (%s).driver_install must be true or false, got %r" % (where, host, driver_install))
+            raise K3sGpuError("%s (%s).driver_install must be true or false, got %r" % (where, host, driver_install))
         checked.append({"host": host, "mode": mode, "driver_install": driver_install})
     return checked
 
 
 def _cluster_profile(cluster):
     if not isinstance(cluster, Mapping) or cluster.get("distribution") not in (distro.K3S, distro.RKE2):
-        raise GpuOperatorPlanError("cluster must be the runtime_info result of a k3s or rke2 server (distribution, "
+        raise K3sGpuError("cluster must be the runtime_info result of a k3s or rke2 server (distribution, "
                                    "release, paths); operator mode deploys a k3s/rke2 HelmChart")
     try:
         return distro.profile(cluster["distribution"], cluster.get("release"), release_rules.newer_release_of(cluster))
-    except distro.ReleaseError as exc:
-        raise GpuOperatorPlanError("cluster release: %s" % exc)
+    except K3sGpuError as exc:
+        raise K3sGpuError("cluster release: %s" % exc)
 
 
 def _operator_mode(settings, line, profile, check=True):
@@ -317,15 +314,15 @@ def _operator_mode(settings, line, profile, check=True):
     if not check:
         return "nri" if nri and cdi else "cdi" if cdi else "legacy"
     if nri and not facts["nri"]:
-        raise GpuOperatorPlanError("values cdi.nriPluginEnabled: the GPU Operator %s has no NRI plugin mode (it came with "
+        raise K3sGpuError("values cdi.nriPluginEnabled: the GPU Operator %s has no NRI plugin mode (it came with "
                                    "v26.3)" % settings["chart_version"])
     if nri and not cdi:
-        raise GpuOperatorPlanError("values cdi.nriPluginEnabled needs CDI: set gpu_node_operator_cdi=true (the chart "
+        raise K3sGpuError("values cdi.nriPluginEnabled needs CDI: set gpu_node_operator_cdi=true (the chart "
                                    "refuses NRI without it)")
     mode = "nri" if nri else "cdi" if cdi else "legacy"
     needed = release_rules.GPU_OPERATOR_MODE_CONTAINERD[mode]
     if needed and _line_key(profile["containerd"]) < _line_key(needed):
-        raise GpuOperatorPlanError(
+        raise K3sGpuError(
             "the GPU Operator's %s mode needs containerd %s or newer, and %s %s ships containerd %s. %s" % (
                 "NRI plugin" if mode == "nri" else "CDI", needed, profile["distribution"], profile["release"],
                 profile["containerd"],
@@ -340,13 +337,13 @@ def _resolve_driver(settings, operator_nodes):
     installing = sorted(node["host"] for node in operator_nodes if node["driver_install"])
     if settings["driver"] != "auto":
         if settings["driver"] and installing:
-            raise GpuOperatorPlanError(
+            raise K3sGpuError(
                 "gpu_node_operator_driver=true, but the role installs the host driver on %s (gpu_node_driver_install): two "
                 "owners for the kernel module. Turn one of them off." % ", ".join(installing))
         return settings["driver"]
     if installing and len(installing) != len(operator_nodes):
         others = sorted(node["host"] for node in operator_nodes if not node["driver_install"])
-        raise GpuOperatorPlanError(
+        raise K3sGpuError(
             "the GPU Operator's driver.enabled is one setting for the whole cluster, but the role installs the host driver "
             "on %s and not on %s. Set gpu_node_driver_install the same on every operator-mode node, or set "
             "gpu_node_operator_driver explicitly" % (", ".join(installing), ", ".join(others)))
@@ -365,17 +362,17 @@ def _check_user_values(values, cluster_paths, ours):
     for path, setting in _OWNED_VALUES.items():
         given = _get(values, path)
         if given is not None and given != _get(ours, path):
-            raise GpuOperatorPlanError("gpu_node_operator_values sets %s=%r; set %s instead (the role reads it too, to keep "
+            raise K3sGpuError("gpu_node_operator_values sets %s=%r; set %s instead (the role reads it too, to keep "
                                        "the host and the operator apart)" % (path, given, setting))
     install_dir = _get(values, "toolkit.installDir")
     if install_dir is not None and install_dir.rstrip("/") != release_rules.GPU_OPERATOR_CHART["install_dir"]:
-        raise GpuOperatorPlanError(
+        raise K3sGpuError(
             "gpu_node_operator_values sets toolkit.installDir=%r: k3s and rke2 look for the operator's runtimes only in "
             "%s, so they would never see them. Leave it at %s" % (
                 install_dir, distro.GPU_OPERATOR_TOOLKIT_DIR, release_rules.GPU_OPERATOR_CHART["install_dir"]))
     runtime_class = _get(values, "operator.runtimeClass")
     if runtime_class is not None and runtime_class != release_rules.GPU_OPERATOR_CHART["runtime_class"]:
-        raise GpuOperatorPlanError(
+        raise K3sGpuError(
             "gpu_node_operator_values sets operator.runtimeClass=%r: the operator uses it as the runtime handler too, and "
             "k3s/rke2 configure the handler %s only. Leave it at %s" % (
                 runtime_class, release_rules.GPU_OPERATOR_CHART["runtime_class"], release_rules.GPU_OPERATOR_CHART["runtime_class"]))
@@ -383,22 +380,22 @@ def _check_user_values(values, cluster_paths, ours):
     if env is None:
         return
     if not isinstance(env, (list, tuple)) or not all(isinstance(item, Mapping) and "name" in item for item in env):
-        raise GpuOperatorPlanError("gpu_node_operator_values toolkit.env must be a list of {name, value} dicts")
+        raise K3sGpuError("gpu_node_operator_values toolkit.env must be a list of {name, value} dicts")
     containerd_dir = cluster_paths["containerd_dir"]
     for item in env:
         name, value = str(item["name"]), str(item.get("value", ""))
         where = "gpu_node_operator_values toolkit.env %s=%s" % (name, value)
         if name in _SOCKET_ENV and value != K3S_CONTAINERD_SOCKET:
-            raise GpuOperatorPlanError("%s: k3s and rke2 run containerd at %s; the collection sets it" % (
+            raise K3sGpuError("%s: k3s and rke2 run containerd at %s; the collection sets it" % (
                 where, K3S_CONTAINERD_SOCKET))
         if name in _CONFIG_ENV and (value == containerd_dir or value.startswith(containerd_dir + "/")):
-            raise GpuOperatorPlanError(
+            raise K3sGpuError(
                 "%s points the operator at the containerd config that %s regenerates at every start (or at its template "
                 "or drop-in directory): the operator's edits are lost or break the template (NVIDIA/gpu-operator #473, "
                 "rancher/rke2 #8752). Drop it: k3s/rke2 detect the operator's runtimes in %s themselves" % (
                     where, "k3s/rke2", distro.GPU_OPERATOR_TOOLKIT_DIR))
         if name in _SET_AS_DEFAULT_ENV and value.strip().lower() in ("true", "1"):
-            raise GpuOperatorPlanError(
+            raise K3sGpuError(
                 "%s: the operator would write the default runtime into a containerd config k3s/rke2 do not read (or "
                 "regenerate), so it is lost. Set gpu_node_default_runtime instead: the role writes default-runtime "
                 "into config.yaml.d, which survives regeneration" % where)
@@ -428,10 +425,10 @@ def _check_spec(extra, profile):
     fields = release_rules.helmchart_spec_fields(profile)
     for key in extra:
         if key in _SPEC_OWNED:
-            raise GpuOperatorPlanError("gpu_node_operator_helmchart_spec sets %s, which the collection writes (%s)" % (
+            raise K3sGpuError("gpu_node_operator_helmchart_spec sets %s, which the collection writes (%s)" % (
                 key, _SPEC_OWNED[key]))
         if key not in fields:
-            raise GpuOperatorPlanError(
+            raise K3sGpuError(
                 "gpu_node_operator_helmchart_spec.%s: the HelmChart of %s %s (helm-controller %s) has no such field; "
                 "the API server would drop it silently. Its fields: %s" % (
                     key, profile["distribution"], profile["release"], release_rules.helm_controller_version(profile),
@@ -467,7 +464,7 @@ def plan_cluster(cluster, settings, nodes):
     operator_nodes = [node for node in checked_nodes if node["mode"] == MODE_OPERATOR]
     host_nodes = [node["host"] for node in checked_nodes if node["mode"] == MODE_HOST]
     if operator_nodes and host_nodes:
-        raise GpuOperatorPlanError(
+        raise K3sGpuError(
             "one cluster, two modes: %s in operator mode, %s in host mode. The GPU Operator runs its toolkit on every GPU "
             "node of the cluster, so host-mode nodes would get a second toolkit. Set gpu_node_mode the same for the whole "
             "cluster (k3s_gpu_cluster separates clusters in one inventory)" % (
@@ -494,7 +491,7 @@ def plan_cluster(cluster, settings, nodes):
 def render_manifest(plan):
     """The manifest text for the auto-deploy directory (a comment, then one document per object)."""
     if not plan.get("objects"):
-        raise GpuOperatorPlanError("no GPU Operator objects to render (no node of the cluster is in operator mode); "
+        raise K3sGpuError("no GPU Operator objects to render (no node of the cluster is in operator mode); "
                                    "remove the manifest instead")
     return helmchart.render(
         "Managed by %s; edits are overwritten. NVIDIA GPU Operator %s (%s mode) for k3s/rke2." % (
@@ -510,7 +507,7 @@ def plan_host(info, settings, host=""):
     settings: force, root, mode, operator_toolkit, operator_driver (auto | bool), toolkit_install,
     driver_install, driver_reboot, default_runtime, remove_operator_leftovers, local_connection.
     Returns {"selected", "live", "mode": plan_node() or {}, "messages": [str], "result": the
-    gpu_node_result skeleton}. Raises GpuOperatorPlanError for a host the role must not touch
+    gpu_node_result skeleton}. Raises K3sGpuError for a host the role must not touch
     (a release known to break, a reboot policy that could reboot the controller, two owners).
     """
     driver = info["driver"]
@@ -531,10 +528,10 @@ def plan_host(info, settings, host=""):
                    "gpu_node_force=true to configure it anyway (image builds, GPUs added later)." % who)
         return {"selected": False, "live": live, "mode": {}, "messages": [message], "result": result}
     if info.get("known_bad_release"):
-        raise GpuOperatorPlanError("%s: %s %s: %s. Nothing was changed." % (
+        raise K3sGpuError("%s: %s %s: %s. Nothing was changed." % (
             who, info["distribution"], info["release"], info["known_bad_release"]))
     if settings["driver_install"] and settings["driver_reboot"] != "never" and settings["local_connection"]:
-        raise GpuOperatorPlanError(
+        raise K3sGpuError(
             "%s: gpu_node_driver_install is true with gpu_node_driver_reboot=%s, and this host is reached with the local "
             "connection: a new driver may need a reboot, and the role does not reboot the machine that runs Ansible. Set "
             "gpu_node_driver_reboot=never (you reboot when the role says so), or run the role against this host over ssh "

@@ -18,26 +18,22 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plug
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, clause
 
-# module options named in messages of the modules, and the role variables a user sets instead
-_OPTION_NAMES = (
-    (re.compile(r"\bpass release="), "set gpu_node_release"),
-    (re.compile(r"\bset distribution and release\b"), "set gpu_node_distribution and gpu_node_release"),
-    (re.compile(r"\bset distribution: (\S+) and release: "), r"set gpu_node_distribution: \1 and gpu_node_release: "),
-    (re.compile(r"\bset distribution\b"), "set gpu_node_distribution"),
-    (re.compile(r"\bbut distribution is\b"), "but gpu_node_distribution is"),
-    (re.compile(r"\bnewer_release\b"), "gpu_node_newer_release"),
-)
+# the module options the role's variables feed (runtime_info, containerd_runtimes): an error that names an option
+# names the variable the role's user sets instead
+ROLE_NAMES = dict((option, "gpu_node_" + option) for option in (
+    "root", "distribution", "release", "newer_release", "data_dir", "toolkit_dirs", "runtimes", "default_runtime",
+    "enable_cdi", "handler_labels", "backup", "target_release"))
 
 # The release other inventories ask for (k3s-ansible, rke2-ansible, lablabs.rke2), read when gpu_node_release is
 # empty: the role then plans for it, also before k3s/rke2 is installed (reference facts-2026-12: inventories)
 INVENTORY_RELEASES = (("k3s_version", distro.K3S), ("rke2_install_version", distro.RKE2), ("rke2_version", distro.RKE2))
 
 
-def in_role_terms(message):
-    for pattern, replacement in _OPTION_NAMES:
-        message = pattern.sub(replacement, message or "")
-    return message
+def role_message(outcome):
+    """A module's failed result as the role's user reads it: its error in the role's variable names."""
+    return K3sGpuError.from_result(outcome).text(ROLE_NAMES)
 
 
 def inventory_release(task_vars, template):
@@ -141,8 +137,8 @@ def device_plugin_labels(settings, host):
         return []
     try:
         return device_plugin.labels_of_node(device_plugin_settings(settings), host, settings.get("device_plugin_config") or "")
-    except device_plugin.DevicePluginPlanError as exc:
-        raise gpu_operator.GpuOperatorPlanError("%s: %s" % (host or "this host", str(exc).rstrip("."))) from exc
+    except K3sGpuError as exc:
+        raise exc.within(host or "this host") from exc
 
 
 def cdi_readiness(facts, plan, settings):
@@ -235,7 +231,7 @@ def failed(result, msg):
     and none of the step's internal state (the host state it hands to the next phase)."""
     result.pop("node", None)
     result.update(failed=True, changed=False, msg=msg)
-    warnings = [w for w in result.get("warnings") or [] if str(w).rstrip(".") not in msg]
+    warnings = [w for w in result.get("warnings") or [] if clause(w) not in msg]
     if warnings:
         result["warnings"] = warnings
     else:
@@ -245,7 +241,7 @@ def failed(result, msg):
 
 def plan_host(facts, settings, host):
     """The role's first decision about a host (_gpu_operator.plan_host, or plan_absent for gpu_node_state=absent),
-    and the refusal of a toolkit install that would break the node's template. Raises GpuOperatorPlanError with the
+    and the refusal of a toolkit install that would break the node's template. Raises K3sGpuError with the
     message for the user."""
     if settings.get("state") == "absent":
         return plan_absent(facts, settings, host)
@@ -256,6 +252,6 @@ def plan_host(facts, settings, host):
         # is refused now, before a package is installed
         refusal = changes_engine.refusal_before_install(facts.reading)
         if refusal:
-            raise gpu_operator.GpuOperatorPlanError(
+            raise K3sGpuError(
                 "%s: the NVIDIA toolkit is not installed, because %s" % (host or "this host", refusal))
     return plan

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 APT = "apt"
 DNF = "dnf"
@@ -25,10 +26,6 @@ TITLES = {TOOLKIT: "NVIDIA container toolkit", DRIVER: "NVIDIA driver"}
 
 # `dnf versionlock list` lines: name-[epoch:]version-release[.*], e.g. nvidia-container-toolkit-0:1.17.8-1.*
 _LOCK_LINE = re.compile(r"^(?P<name>.+)-(?:[0-9]+:)?(?P<evr>[^-]+-[^-]+)$")
-
-
-class PackagesError(ValueError):
-    """A host the role cannot install on (or remove from) as configured; the message names the user's variables."""
 
 
 def package_family(settings, facts):
@@ -75,7 +72,7 @@ def _pinned(names, version, family):
 def toolkit_source(settings, family, host):
     """The toolkit's repository (NVIDIA signs its metadata and, since 1.17, its packages) and pinned packages."""
     if family not in (APT, DNF):
-        raise PackagesError(
+        raise K3sGpuError(
             "%s: the role installs the NVIDIA container toolkit with apt (Debian, Ubuntu) or dnf (RHEL, Rocky, Alma), and "
             "this host's package manager is unknown; install the toolkit yourself and set gpu_node_toolkit_install=false, "
             "or set gpu_node_package_manager. Nothing was changed." % host)
@@ -125,7 +122,7 @@ def driver_source(settings, facts, family, host):
     key = os_key(facts)
     custom = bool(settings["driver_packages"]) and bool(settings["driver_repo_url"])
     if family not in (APT, DNF) or (key not in release_rules.CUDA_REPO_OS and not custom):
-        raise PackagesError(
+        raise K3sGpuError(
             "%s: the role installs the NVIDIA driver on Ubuntu 22.04/24.04, Debian 12 and RHEL/Rocky/Alma 8 and 9; this "
             "host is %s %s. Install the driver yourself and set gpu_node_driver_install=false, or name the packages in "
             "gpu_node_driver_packages and the repository in gpu_node_driver_repo_url. Nothing was changed." % (
@@ -161,7 +158,7 @@ def removal(kind, settings, facts, family, host, remove_source):
     """What taking the toolkit or the driver back removes: packages (holds and locks released first), and with
     remove_source the repository and its key (the driver also its nouveau blacklist)."""
     if family not in (APT, DNF):
-        raise PackagesError(
+        raise K3sGpuError(
             "%s: the role removes the %s with apt or dnf, and this host's package manager is unknown; remove its packages "
             "yourself, or set gpu_node_package_manager. Nothing was changed." % (host, TITLES[kind]))
     if kind == TOOLKIT:

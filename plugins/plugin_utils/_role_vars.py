@@ -18,6 +18,7 @@ import difflib
 import os
 
 import yaml
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import BOOLEANS, boolean
@@ -29,10 +30,6 @@ PREFIX = "gpu_node_"
 ROLE_FACTS = ("gpu_node_result", "gpu_node_reboot_required")
 _SPEC_KEYS = ("type", "elements", "default", "choices", "options", "required", "aliases", "no_log")
 _SPECS = {}
-
-
-class RoleVarsError(ValueError):
-    """A role variable that its argument spec refuses; the message names the variable."""
 
 
 def _argument_spec(options):
@@ -68,7 +65,7 @@ def read(task_vars, template, names=None, entry_point="main"):
     """The role variables `names` (default every variable of the entry point, which the role then need not have
     Ansible validate in a task of its own), templated (`template(value)`) and converted by the entry point's spec.
 
-    Returns {name without the gpu_node_ prefix: value}. Raises RoleVarsError."""
+    Returns {name without the gpu_node_ prefix: value}. Raises K3sGpuError."""
     spec = role_spec(entry_point)
     names = list(spec) if names is None else names
     wanted = dict((name, spec[name]) for name in names)
@@ -80,7 +77,7 @@ def read(task_vars, template, names=None, entry_point="main"):
         values["gpu_node_operator_driver"] = boolean(values["gpu_node_operator_driver"])  # auto, or a bool as text
     validated = ArgumentSpecValidator(wanted).validate(values)
     if validated.error_messages:
-        raise RoleVarsError("; ".join(validated.error_messages))
+        raise K3sGpuError("; ".join(validated.error_messages))
     return dict((name[len(PREFIX):], value) for name, value in validated.validated_parameters.items())
 
 

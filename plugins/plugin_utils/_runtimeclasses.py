@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _manifest_yaml as manifest_yaml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 API_VERSION = "node.k8s.io/v1"
 KIND = "RuntimeClass"
@@ -69,10 +70,6 @@ _STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 _HUGEPAGES_PREFIX = "hugepages-"
 
 
-class RuntimeClassPlanError(ValueError):
-    """Input the plan cannot use; the message names the key and the fix."""
-
-
 # --- validation ----------------------------------------------------------------------------------
 
 def _type_name(value):
@@ -85,7 +82,7 @@ def _is_list(value):
 
 def _check_dns_label(where, value, what):
     if not isinstance(value, str) or len(value) > 63 or not DNS1123_LABEL.match(value):
-        raise RuntimeClassPlanError(
+        raise K3sGpuError(
             "%s: %r is not a valid %s: a RuntimeClass name and handler must be a lowercase DNS-1123 "
             "label (a-z, 0-9 and '-', starting and ending with a letter or digit, at most 63 "
             "characters), for example 'nvidia-cdi'" % (where, value, what))
@@ -108,10 +105,10 @@ def _label_key_problem(key):
 
 def _check_label_key(where, key):
     if not isinstance(key, str) or not key:
-        raise RuntimeClassPlanError("%s: label key %r must be a non-empty string" % (where, key))
+        raise K3sGpuError("%s: label key %r must be a non-empty string" % (where, key))
     problem = _label_key_problem(key)
     if problem:
-        raise RuntimeClassPlanError(
+        raise K3sGpuError(
             "%s: label key %r is not valid: %s (form [prefix/]name, e.g. nvidia.com/gpu.present)" % (
                 where, key, problem))
     return str(key)
@@ -119,38 +116,39 @@ def _check_label_key(where, key):
 
 def _check_label_value(where, key, value):
     if not isinstance(value, str):
-        raise RuntimeClassPlanError(
+        raise K3sGpuError(
             "%s[%r] must be a string, got %s %r; quote it in YAML (for example 'true' rather than "
             "true), since Kubernetes label values are strings" % (where, key, _type_name(value), value))
     if len(value) > 63 or not _LABEL_VALUE.match(value):
-        raise RuntimeClassPlanError(
+        raise K3sGpuError(
             "%s[%r]: label value %r is not valid: at most 63 characters of letters, digits, '-', '_' "
             "and '.', starting and ending with a letter or digit (or empty)" % (where, key, value))
     return str(value)
 
 
-def check_node_selector(node_selector):
-    """The nodeSelector as a plain dict (empty for none); ValueError naming the bad key."""
+def check_node_selector(node_selector, what="node_selector"):
+    """The nodeSelector as a plain dict (empty for none); K3sGpuError naming `what` (the caller's option) and the bad
+    key."""
     if node_selector is None:
         return {}
     if not isinstance(node_selector, Mapping):
-        raise RuntimeClassPlanError(
-            "node_selector must be a dict of node label -> value, such as "
-            "{'nvidia.com/gpu.present': 'true'}, got %s %r" % (_type_name(node_selector), node_selector))
+        raise K3sGpuError(
+            "%s must be a dict of node label -> value, such as "
+            "{'nvidia.com/gpu.present': 'true'}, got %s %r" % (what, _type_name(node_selector), node_selector))
     result = {}
     for key, value in node_selector.items():
-        key = _check_label_key("node_selector", key)
-        result[key] = _check_label_value("node_selector", key, value)
+        key = _check_label_key(what, key)
+        result[key] = _check_label_value(what, key, value)
     return result
 
 
 def _check_resource_name(name):
     if not isinstance(name, str) or not name:
-        raise RuntimeClassPlanError("overhead: resource name %r must be a non-empty string such as cpu or memory" % (name,))
+        raise K3sGpuError("overhead: resource name %r must be a non-empty string such as cpu or memory" % (name,))
     if "/" in name:
         problem = _label_key_problem(name)
         if problem:
-            raise RuntimeClassPlanError(
+            raise K3sGpuError(
                 "overhead: resource name %r is not a valid extended resource name: %s (form domain/name, "
                 "e.g. example.com/foo)" % (name, problem))
         return str(name)
@@ -158,21 +156,21 @@ def _check_resource_name(name):
         return str(name)
     if name.startswith(_HUGEPAGES_PREFIX) and _QUANTITY.match(name[len(_HUGEPAGES_PREFIX):]):
         return str(name)
-    raise RuntimeClassPlanError(
+    raise K3sGpuError(
         "overhead: resource name %r is not one Kubernetes accepts in overhead.podFixed: use cpu, memory, "
         "ephemeral-storage, hugepages-<size> or a domain-qualified extended resource" % (name,))
 
 
 def _check_quantity(name, value):
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise RuntimeClassPlanError(
+        raise K3sGpuError(
             "overhead[%r] must be a Kubernetes quantity string such as '250m' or '64Mi' (or an integer), "
             "got %s %r; quote it" % (name, _type_name(value), value))
     text = str(value)
     if text.startswith("-"):
-        raise RuntimeClassPlanError("overhead[%r] = %r is negative; pod overhead must be zero or more" % (name, value))
+        raise K3sGpuError("overhead[%r] = %r is negative; pod overhead must be zero or more" % (name, value))
     if not _QUANTITY.match(text):
-        raise RuntimeClassPlanError(
+        raise K3sGpuError(
             "overhead[%r] = %r is not a Kubernetes quantity: write a number with an optional suffix, "
             "for example '250m' or '0.5' (cpu), '64Mi' or '1G' (memory); suffixes m, k, M, G, T, P, E, "
             "Ki, Mi, Gi, Ti, Pi, Ei or an exponent such as 1e3" % (name, value))
@@ -184,11 +182,11 @@ def check_overhead(overhead):
     if overhead is None:
         return {}
     if not isinstance(overhead, Mapping):
-        raise RuntimeClassPlanError(
+        raise K3sGpuError(
             "overhead must be a dict of resource -> quantity (overhead.podFixed), such as "
             "{'cpu': '250m', 'memory': '64Mi'}, got %s %r" % (_type_name(overhead), overhead))
     if "podFixed" in overhead:
-        raise RuntimeClassPlanError(
+        raise K3sGpuError(
             "overhead is the podFixed map itself: pass {'cpu': '250m', 'memory': '64Mi'}, "
             "not {'podFixed': {...}}")
     result = {}
@@ -197,7 +195,7 @@ def check_overhead(overhead):
         result[name] = _check_quantity(name, value)
     if result and not any(name in ("cpu", "memory") for name in result) and any(
             name.startswith(_HUGEPAGES_PREFIX) for name in result):
-        raise RuntimeClassPlanError(
+        raise K3sGpuError(
             "overhead: hugepages need cpu or memory too (Kubernetes refuses hugepages alone in "
             "podFixed); add for example memory: '64Mi'")
     return result
@@ -205,34 +203,34 @@ def check_overhead(overhead):
 
 def _check_cluster(cluster):
     if not isinstance(cluster, Mapping):
-        raise RuntimeClassPlanError(
+        raise K3sGpuError(
             "cluster must be a dict with distribution (k3s or rke2) and release (e.g. v1.33.10+k3s1) of "
             "the server that applies the manifests, got %s %r" % (_type_name(cluster), cluster))
     distribution = cluster.get("distribution")
     if distribution not in CLUSTER_DISTRIBUTIONS:
-        raise RuntimeClassPlanError(
+        raise K3sGpuError(
             "cluster.distribution must be %s (the distribution of the server whose deploy controller or "
             "chart ships RuntimeClasses), got %r" % (" or ".join(CLUSTER_DISTRIBUTIONS), distribution))
     release = cluster.get("release")
     if not isinstance(release, str) or not release.strip():
-        raise RuntimeClassPlanError(
+        raise K3sGpuError(
             "cluster.release must be the server's release string, such as v1.33.10+%s1, got %r" % (
                 "k3s" if distribution == distro.K3S else "rke2r", release))
     disabled = cluster.get("runtimeclasses_disabled", False)
     if not isinstance(disabled, bool):
-        raise RuntimeClassPlanError(
+        raise K3sGpuError(
             "cluster.runtimeclasses_disabled must be true or false (true when the servers run with "
             "disable: [%s]), got %r" % (distro.RUNTIMECLASS_SOURCES[distribution]["disable"], disabled))
     try:
         profile = distro.profile(distribution, release, release_rules.newer_release_of(cluster))
-    except distro.ReleaseError as exc:
-        raise RuntimeClassPlanError("cluster.release: %s" % exc) from exc
+    except K3sGpuError as exc:
+        raise K3sGpuError("cluster.release: %s" % exc) from exc
     return str(distribution), profile, disabled
 
 
 def _check_names(where, value, what):
     if not _is_list(value):
-        raise RuntimeClassPlanError(
+        raise K3sGpuError(
             "%s must be a list of %s names, such as ['nvidia', 'nvidia-cdi'], got %s %r" % (
                 where, what, _type_name(value), value))
     return [_check_dns_label("%s[%d]" % (where, index), name, what + " name") for index, name in enumerate(value)]
@@ -241,30 +239,30 @@ def _check_names(where, value, what):
 def _collect_nodes(nodes):
     """handler -> hosts, operator-owned RuntimeClass -> hosts (hosts sorted, duplicates dropped)."""
     if not _is_list(nodes):
-        raise RuntimeClassPlanError(
+        raise K3sGpuError(
             "nodes must be a list of {host, handlers[, gpu_operator, operator_runtimeclasses]} dicts, got %s %r" % (
                 _type_name(nodes), nodes))
     handlers, operator = {}, {}
     for index, node in enumerate(nodes):
         where = "nodes[%d]" % index
         if not isinstance(node, Mapping):
-            raise RuntimeClassPlanError(
+            raise K3sGpuError(
                 "%s must be a dict with host and handlers, got %s %r" % (where, _type_name(node), node))
         unknown = sorted(str(key) for key in node if key not in NODE_KEYS)
         if unknown:
-            raise RuntimeClassPlanError(
+            raise K3sGpuError(
                 "%s has unknown key(s) %s; the keys are %s" % (where, ", ".join(unknown), ", ".join(NODE_KEYS)))
         host = node.get("host")
         if not isinstance(host, str) or not host.strip():
-            raise RuntimeClassPlanError("%s.host must be the inventory hostname (a non-empty string), got %r" % (where, host))
+            raise K3sGpuError("%s.host must be the inventory hostname (a non-empty string), got %r" % (where, host))
         where = "nodes[%d] (%s)" % (index, host)
         if "handlers" not in node:
-            raise RuntimeClassPlanError("%s.handlers is missing: list the runtime handlers the node has, [] for none" % where)
+            raise K3sGpuError("%s.handlers is missing: list the runtime handlers the node has, [] for none" % where)
         for name in _check_names(where + ".handlers", node["handlers"], "runtime handler"):
             handlers.setdefault(name, set()).add(str(host))
         gpu_operator = node.get("gpu_operator", False)
         if not isinstance(gpu_operator, bool):
-            raise RuntimeClassPlanError("%s.gpu_operator must be true or false, got %r" % (where, gpu_operator))
+            raise K3sGpuError("%s.gpu_operator must be true or false, got %r" % (where, gpu_operator))
         owned = node.get("operator_runtimeclasses")
         if owned is None:
             owned = list(OPERATOR_RUNTIMECLASSES) if gpu_operator else []
@@ -309,10 +307,10 @@ def plan_runtimeclasses(cluster, nodes, node_selector=None, overhead=None, selec
     Returns {"manifests": [RuntimeClass dict, sorted by name], "shipped": [names the release ships,
     sorted], "skipped": [{"name", "reason"}, sorted by name], "handlers": {handler: [hosts]} (every
     handler a node reported), "owners": {NVIDIA handler: who makes its RuntimeClass: the distribution
-    (k3s | rke2), gpu-operator, or k3s_gpu.nvidia}}. Raises RuntimeClassPlanError (a ValueError) on bad input.
+    (k3s | rke2), gpu-operator, or k3s_gpu.nvidia}}. Raises K3sGpuError (a ValueError) on bad input.
     """
     if not isinstance(select_by_handler_label, bool):
-        raise RuntimeClassPlanError(
+        raise K3sGpuError(
             "select_by_handler_label is %r; use true or false" % (select_by_handler_label,))
     distribution, profile, disabled = _check_cluster(cluster)
     handler_hosts, operator_hosts = _collect_nodes(nodes)
@@ -356,12 +354,12 @@ _KEY_ORDER = ("apiVersion", "kind", "metadata", "name", "labels", "annotations",
 def render_manifest_yaml(manifests):
     """Multi-document YAML for the manifests: a comment line, then '---' + one object each, sorted by name."""
     if not _is_list(manifests):
-        raise RuntimeClassPlanError(
+        raise K3sGpuError(
             "manifests must be a list of RuntimeClass dicts (the plan's manifests), got %s" % _type_name(manifests))
     checked = []
     for index, manifest in enumerate(manifests):
         if not isinstance(manifest, Mapping):
-            raise RuntimeClassPlanError("manifests[%d] must be a dict, got %s %r" % (index, _type_name(manifest), manifest))
+            raise K3sGpuError("manifests[%d] must be a dict, got %s %r" % (index, _type_name(manifest), manifest))
         handler = _check_dns_label("manifests[%d].handler" % index, manifest.get("handler"), "RuntimeClass handler")
         metadata = manifest.get("metadata")
         name = metadata.get("name") if isinstance(metadata, Mapping) else None

@@ -28,19 +28,16 @@ else:
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml_read as toml_read
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 MANAGED_HEADER = "# Managed by Ansible: k3s_gpu.nvidia.containerd_runtimes rewrites the runtime tables in this file."
 MANAGED_YAML_HEADER = "# Managed by Ansible: k3s_gpu.nvidia.containerd_runtimes rewrites this file."
 BASE_LINE = '{{ template "base" . }}'
 
 
-class TomlEditError(ValueError):
-    """Input that cannot be edited safely. The message names the file, the line and the fix."""
-
-
 def require_tomlkit():
     if tomlkit is None:
-        raise TomlEditError("the Python library tomlkit is required on the Ansible controller: "
+        raise K3sGpuError("the Python library tomlkit is required on the Ansible controller: "
                             "pip install 'tomlkit>=0.12' (import error: %s)" % TOMLKIT_IMPORT_ERROR)
 
 
@@ -61,7 +58,7 @@ def mask_template(text, path):
     for number, line in enumerate(lines, 1):
         opened, closed = line.count("{{"), line.count("}}")
         if opened != closed:
-            raise TomlEditError(
+            raise K3sGpuError(
                 "%s: line %d: unbalanced Go template delimiters (%d `{{`, %d `}}`) in %r; keep each "
                 "template action on one line, closed with `}}`" % (path, number, opened, closed, line.strip()[:120]))
         if opened:
@@ -357,7 +354,7 @@ def _loads(masked, path):
     try:
         return loads(masked)
     except tomllib.TOMLDecodeError as exc:
-        raise TomlEditError("%s: %s [toml_invalid]. Fix that line; nothing was written" % (path, exc))
+        raise K3sGpuError("%s: %s [toml_invalid]. Fix that line; nothing was written" % (path, exc))
 
 
 # --- the edit ------------------------------------------------------------------------------------
@@ -374,7 +371,7 @@ class Edit:
         for other_start, other_end, _new, _order in self.replacements:
             if start < other_end and other_start < end:
                 # two edits of the same lines would lose one of them: refuse rather than guess
-                raise TomlEditError("internal: overlapping edits of lines %d-%d and %d-%d; nothing was written"
+                raise K3sGpuError("internal: overlapping edits of lines %d-%d and %d-%d; nothing was written"
                                     % (start + 1, end, other_start + 1, other_end))
         self.replacements.append((start, end, new_lines, len(self.replacements)))
 
@@ -410,7 +407,7 @@ def _ranges_of(tables, path):
 def _check_no_template_lines(lines, table, file_path):
     for number in range(table.start, table.content_end):
         if _PLACEHOLDER_RE.match(lines[number]):
-            raise TomlEditError(
+            raise K3sGpuError(
                 "%s: line %d: a Go template action sits inside the table [%s] this module manages; "
                 "move the action out of that table" % (file_path, number + 1, _key_text(table.path)))
 
@@ -430,7 +427,7 @@ def _set_key(edit, tables, data, table_path, key, value, file_path):
     explicit = [t for t in tables if t.path == table_path and not t.array]
     if not explicit:
         if current is not None:
-            raise TomlEditError("%s: %s is set with a dotted key or an inline table; set it as "
+            raise K3sGpuError("%s: %s is set with a dotted key or an inline table; set it as "
                                 "%s = ... under [%s] by hand" % (file_path, key, key, _key_text(table_path)))
         edit.appends.append("\n".join(rendered))
         return True
@@ -442,7 +439,7 @@ def _set_key(edit, tables, data, table_path, key, value, file_path):
             try:
                 tomllib.loads(edit.lines[number].strip())
             except tomllib.TOMLDecodeError:
-                raise TomlEditError("%s: line %d: %s spans several lines; put it on one line so it can be "
+                raise K3sGpuError("%s: line %d: %s spans several lines; put it on one line so it can be "
                                     "updated" % (file_path, number + 1, key))
             edit.set_line(number, match.group(1) + rendered[1].strip())
             return True
@@ -472,7 +469,7 @@ def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None, 
 def edit_target(text, plan, file_path, is_template, profile, created_by_us=None, checked_after=False):
     """The target's new text for the plan, as an Applied. text is the current content (None: absent).
 
-    Raises TomlEditError, leaving nothing written. checked_after: the caller renders the new template with the
+    Raises K3sGpuError, leaving nothing written. checked_after: the caller renders the new template with the
     base and checks it whole (_template_check), so the quick composition with the base's headers is not needed.
     """
     schema = plan["target"]["schema"]
@@ -490,7 +487,7 @@ def edit_target(text, plan, file_path, is_template, profile, created_by_us=None,
     try:
         data, tables = read(lines)
     except tomllib.TOMLDecodeError as exc:
-        raise TomlEditError("%s: %s [toml_invalid]. Fix that line; nothing was written" % (file_path, exc))
+        raise K3sGpuError("%s: %s [toml_invalid]. Fix that line; nothing was written" % (file_path, exc))
     edit = Edit(lines)
     reserved = set(tuple(t) for t in plan.get("reserved_tables") or [])
     removed_for_base = _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, file_path, profile)
@@ -531,7 +528,7 @@ def _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, f
             continue
         name = _runtime_name_of(schema, table.path)
         if name not in renders:
-            raise TomlEditError(
+            raise K3sGpuError(
                 "%s: line %d: [%s] is already emitted by the base template of %s %s, so containerd would "
                 "refuse the config (`table already exists`) and k3s would restart in a loop [duplicate_table]. Remove "
                 "that table from the template (a drop-in or default-runtime: in config.yaml is the way to change "
@@ -552,7 +549,7 @@ def _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, f
             continue
         refused.append((name, table, differs))
     if refused:
-        raise TomlEditError("; ".join(_user_table_refusal(file_path, name, table, differs, renders[name], schema, profile,
+        raise K3sGpuError("; ".join(_user_table_refusal(file_path, name, table, differs, renders[name], schema, profile,
                                                           plan.get("base_included", True))
                                       for name, table, differs in refused) + ". Nothing was written")
     return removed
@@ -616,7 +613,7 @@ def _edit_absent(edit, data, tables, plan, schema, file_path):
         path = distro.runtime_table(schema, name)
         if _get(data, path) is not None:
             if not _ranges_of(tables, path):
-                raise TomlEditError("%s: runtime %s is defined with dotted keys or inline tables; remove it by hand" % (
+                raise K3sGpuError("%s: runtime %s is defined with dotted keys or inline tables; remove it by hand" % (
                     file_path, name))
             _remove_table_ranges(edit, tables, path, file_path)
     default_name = _get(data, distro.containerd_table(schema) + ("default_runtime_name",))
@@ -697,7 +694,7 @@ def _update_runtime(edit, lines, data, tables, templated, runtime, items, file_p
                 file_path, runtime["name"], ", ".join(changed), runtime["binary"], backup_note(plan)))
     runtime_tables = [t for t in tables if t.path == path and not t.array]
     if not runtime_tables:
-        raise TomlEditError("%s: runtime %s is defined with dotted keys or inline tables; define it as "
+        raise K3sGpuError("%s: runtime %s is defined with dotted keys or inline tables; define it as "
                             "[%s] or remove it, then rerun" % (file_path, runtime["name"], _key_text(path)))
     for table in _ranges_of(tables, path):
         _check_no_template_lines(lines, table, file_path)
@@ -708,7 +705,7 @@ def _update_runtime(edit, lines, data, tables, templated, runtime, items, file_p
         elif _get(data, table_path) is None:
             edit.insert(runtime_tables[0].content_end, render_table(table_path, values))
         else:
-            raise TomlEditError("%s: [%s] is defined with dotted keys or an inline table; define it as a "
+            raise K3sGpuError("%s: [%s] is defined with dotted keys or an inline table; define it as a "
                                 "table or remove it, then rerun" % (file_path, _key_text(table_path)))
 
 
@@ -717,7 +714,7 @@ _TEMPLATED_KEY = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_-]+)\s*=""")
 
 def check_plain_result(text, plan, file_path, schema):
     """The file we are about to write on a plain containerd node, read as containerd will read it: its
-    version, and every runtime of the plan where that version looks for runtimes. Raises TomlEditError."""
+    version, and every runtime of the plan where that version looks for runtimes. Raises K3sGpuError."""
     if text is None or plan["state"] == "absent":
         return
     data = _loads(text, file_path + " (after the edit)")
@@ -736,7 +733,7 @@ def check_plain_result(text, plan, file_path, schema):
             problems.append("runtime %s is not where version %d reads runtimes ([%s])" % (
                 runtime["name"], schema, _key_text(distro.runtime_table(schema, runtime["name"]))))
     if problems:
-        raise TomlEditError("%s: containerd would not load the runtimes from the result: %s [runtime_not_loaded]. "
+        raise K3sGpuError("%s: containerd would not load the runtimes from the result: %s [runtime_not_loaded]. "
                             "This is a fault of the collection or of an unusual file: nothing was written; report "
                             "it with the file" % (file_path, "; ".join(problems)))
 
@@ -813,7 +810,7 @@ def _check_composition(masked, reserved, file_path):
         loads(base + "\n" + masked)
     except tomllib.TOMLDecodeError as exc:
         _loads(masked, file_path + " (after the edit)")  # a fault of the text itself is named first
-        raise TomlEditError("%s: composed with the base template, the config would not load (%s); "
+        raise K3sGpuError("%s: composed with the base template, the config would not load (%s); "
                             "nothing was written" % (file_path, exc))
 
 

@@ -17,6 +17,7 @@ import re
 
 import yaml
 
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import clause
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
 
@@ -81,7 +82,7 @@ STUCK_REASONS = ("CreateContainerError", "CreateContainerConfigError", "RunConta
 
 
 def broken(scope, layer, cause, fix):
-    return {"scope": scope, "layer": layer, "cause": cause.rstrip("."), "fix": fix}
+    return {"scope": scope, "layer": layer, "cause": clause(cause), "fix": fix}
 
 
 def broken_line(entry):

@@ -28,6 +28,7 @@ import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 from . import cases as engine_cases
 from . import lab
@@ -188,7 +189,7 @@ def test_naive_composition_is_rejected_by_containerd_and_by_us(built, case_id, t
     plan = dict(case.plan, state="present", write=[])
     if "runc" in table:
         # a table that is not ours: refused, with the line
-        with pytest.raises(toml.TomlEditError, match="line 2: .* already emitted by the base template"):
+        with pytest.raises(K3sGpuError, match="line 2: .* already emitted by the base template"):
             toml.apply_plan(template, plan, "/x/config-v3.toml.tmpl", True, case.profile)
         return
     # an NVIDIA runtime table the release now renders itself: taken out, and the result loads
@@ -214,7 +215,7 @@ def test_misspelled_option_runs_on_plain_runc_and_is_caught_by_us(built, lab_dae
         assert not [c for c in case.calls()[before:] if c.startswith(legacy + " ")]  # ...and skips the wrapper
     finally:
         daemon.close()
-    with pytest.raises(planner.PlanError, match="did you mean BinaryName"):
+    with pytest.raises(K3sGpuError, match="did you mean BinaryName"):
         planner.check_options("nvidia-legacy", "io.containerd.runc.v2", {"BinaryNme": legacy})
 
 

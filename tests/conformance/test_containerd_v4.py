@@ -32,6 +32,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as pla
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 
 from ansible_collections.k3s_gpu.nvidia.tests import testbins
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 from . import lab
 
@@ -146,7 +147,7 @@ def test_2_2_refuses_version_4_and_the_engine_refuses_it_there(tmp_path, default
     # on a 2.2 node the engine refuses the same file, quoting what containerd says, and writes nothing
     node.write("/etc/containerd/config.toml", original)
     facts = detect.gather(node.root, "containerd", "2.2.7")
-    with pytest.raises(planner.PlanError) as info:
+    with pytest.raises(K3sGpuError) as info:
         changes.compute(facts, {})
     assert REFUSED_V4 in str(info.value) and "Nothing was changed" in str(info.value)
     assert node.read("/etc/containerd/config.toml") == original

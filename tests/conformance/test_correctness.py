@@ -23,6 +23,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as check
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 from . import lab
 
@@ -194,7 +195,7 @@ def test_the_refused_users_table_is_what_containerd_refuses(lab_versions, tmp_pa
     node = k3s_node(tmp_path, template)
     node.write("/run/systemd/system/.keep", "")
     facts = detect.gather(node.root, "k3s", K3S_RELEASE)
-    with pytest.raises(toml.TomlEditError, match=r"SystemdCgroup false \u2192 true"):
+    with pytest.raises(K3sGpuError, match=r"SystemdCgroup false \u2192 true"):
         changes.compute(facts, {"state": "present"})
     assert node.read(TEMPLATE_V2) == template
     # as the file stands, k3s would render a config that containerd refuses: the refusal's cause is true

@@ -39,6 +39,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as pla
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 
 from ansible_collections.k3s_gpu.nvidia.tests import testbins
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 from . import lab
 
@@ -261,7 +262,7 @@ def test_docker_containerd_io_file_is_refused_untouched(tmp_path, line):
     # what containerd does with it: the CRI service is off (1.x does not even load the runtimes' settings)
     data = dump(line, node.host("/etc/containerd/config.toml"))
     assert "io.containerd.grpc.v1.cri" in data.get("disabled_plugins", []) or not loaded_runtimes(data)
-    with pytest.raises(planner.PlanError, match=r"kubelet cannot use this containerd.*\[cri_disabled\]"):
+    with pytest.raises(K3sGpuError, match=r"kubelet cannot use this containerd.*\[cri_disabled\]"):
         node.converge(line)
     assert node.read("/etc/containerd/config.toml") == DOCKER_CONTAINERD_IO
 

@@ -32,6 +32,7 @@ sys.path.insert(0, HERE)
 import base_fixtures  # noqa: E402
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect  # noqa: E402
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro  # noqa: E402
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 ETC = "/etc/standin-k3s"
 CONTAINERD_OPT = "/opt/standin-containerd"
@@ -135,7 +136,7 @@ def main(argv):
         raise SystemExit("usage: k3s agent|server [--data-dir DIR] [--default-runtime NAME]")
     try:
         command, env = render(argv[2:])
-    except (ValueError, OSError) as exc:  # ReleaseError, template with other Go actions, I/O
+    except (ValueError, OSError) as exc:  # K3sGpuError, template with other Go actions, I/O
         raise SystemExit("standin-k3s: %s" % exc) from exc
     log("exec " + " ".join(command))
     os.execve(command[0], command, env)

@@ -11,6 +11,7 @@ import os
 import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 RUNTIME = "/usr/bin/nvidia-container-runtime"
 
@@ -168,18 +169,18 @@ def test_data_dir_from_config_yaml(sandbox):
 
 
 def test_auto_distribution(sandbox):
-    with pytest.raises(detect.DetectError, match="neither k3s, rke2 nor containerd"):
+    with pytest.raises(K3sGpuError, match="neither k3s, rke2 nor containerd"):
         detect.gather(sandbox.root, "auto", "v1.31.6+k3s1")
     sandbox.k3s("rke2")
     assert detect.gather(sandbox.root, "auto", "v1.31.6+rke2r1")["distribution"] == "rke2"
     sandbox.k3s("k3s")
-    with pytest.raises(detect.DetectError, match="set distribution"):
+    with pytest.raises(K3sGpuError, match="set distribution"):
         detect.gather(sandbox.root, "auto", "v1.31.6+k3s1")
 
 
 def test_release_from_binary_needs_host_root(sandbox):
     sandbox.k3s().binary("/usr/local/bin/k3s")
-    with pytest.raises(detect.DetectError, match="pass release="):
+    with pytest.raises(K3sGpuError, match="set release"):
         detect.gather(sandbox.root, "k3s")
 
 
@@ -334,7 +335,7 @@ def test_cdi_spec_current_for_the_loaded_driver(sandbox):
 def test_asked_distribution_the_node_contradicts_is_refused(sandbox, asked, present):
     sandbox.k3s(present)
     release = "v1.33.10+k3s1" if asked == "k3s" else "v1.33.10+rke2r1"
-    with pytest.raises(detect.DetectError, match="%s was asked for, but the node under .* has %s .*set distribution to %s" % (
+    with pytest.raises(K3sGpuError, match="%s was asked for, but the node under .* has %s .*set distribution to %s" % (
             asked, present, present)):
         detect.gather(sandbox.root, asked, release)
     assert not sandbox.exists("/var/lib/rancher/%s" % asked)

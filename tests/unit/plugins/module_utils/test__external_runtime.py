@@ -15,6 +15,7 @@ import pytest
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 K3S_CONFIG = "/etc/rancher/k3s/config.yaml"
 UNIT = "/etc/systemd/system/k3s.service"
@@ -107,7 +108,7 @@ def test_other_runtimes_are_refused_by_name_and_nothing_changes(sandbox, distrib
     facts = gather(sandbox, distribution, release)
     assert facts["distribution"] == distribution and facts["runtime_in_use"]["runtime"] == runtime
     before = sandbox.snapshot()
-    with pytest.raises(planner.PlanError) as raised:
+    with pytest.raises(K3sGpuError) as raised:
         changes.compute(facts, {})
     message = str(raised.value)
     assert message.startswith("[external_runtime] %s %s on this node runs its pods on " % (distribution, release))
@@ -135,7 +136,7 @@ def test_rke2_has_no_docker_option(sandbox):
 def test_host_containerd_version_unknown_is_an_error_that_says_what_to_set(sandbox):
     k3s_node(sandbox, dpkg=None)
     sandbox.write(K3S_CONFIG, "container-runtime-endpoint: /run/containerd/containerd.sock\n")
-    with pytest.raises(detect.DetectError) as raised:
+    with pytest.raises(K3sGpuError) as raised:
         gather(sandbox)
     assert "host's containerd" in str(raised.value) and "release: <its version" in str(raised.value)
     assert K3S_CONFIG in str(raised.value)

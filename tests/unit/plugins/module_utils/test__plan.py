@@ -15,6 +15,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 LEGACY = "/usr/bin/nvidia-container-runtime.legacy"
 CONTAINERD_DIR = "/var/lib/rancher/k3s/agent/etc/containerd"
@@ -33,7 +34,7 @@ BAD_NAMES = ['nvidia"x', "nvidia.legacy", "nvidia\nx", "Nvidia", "", "a" * 64, "
 def test_bad_runtime_name(sandbox, name):
     sandbox.k3s("k3s", "package")
     before = sandbox.snapshot()
-    with pytest.raises(planner.PlanError, match="lowercase DNS label"):
+    with pytest.raises(K3sGpuError, match="lowercase DNS label"):
         run(sandbox, runtimes=[{"name": name, "binary": LEGACY}])
     assert sandbox.snapshot() == before
 
@@ -46,7 +47,7 @@ def test_bad_runtime_name(sandbox, name):
 def test_bad_binary(sandbox, binary, message):
     sandbox.k3s("k3s", "package")
     facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", binaries=[binary] if binary.startswith("/") else [])
-    with pytest.raises(planner.PlanError, match=message):
+    with pytest.raises(K3sGpuError, match=message):
         changes.compute(facts, {"runtimes": [{"name": "custom", "binary": binary}]})
 
 
@@ -55,22 +56,22 @@ def test_non_executable_and_dangling_binary(sandbox):
     sandbox.symlink("/opt/x/dangling", "/opt/x/nowhere")
     for binary, message in (("/opt/x/rt", "not executable"), ("/opt/x/dangling", "dangling symlink")):
         facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", binaries=[binary])
-        with pytest.raises(planner.PlanError, match=message):
+        with pytest.raises(K3sGpuError, match=message):
             changes.compute(facts, {"runtimes": [{"name": "custom", "binary": binary}]})
 
 
 def test_option_typo_is_caught(sandbox):
     sandbox.k3s("k3s", "package")
     facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", binaries=[LEGACY])
-    with pytest.raises(planner.PlanError, match=r"'systemdcgroup' is not an option .* \(did you mean SystemdCgroup\?\)"):
+    with pytest.raises(K3sGpuError, match=r"'systemdcgroup' is not an option .* \(did you mean SystemdCgroup\?\)"):
         changes.compute(facts, {"runtimes": [{"name": "nvidia-legacy", "binary": LEGACY, "options": {"systemdcgroup": True}}]})
-    with pytest.raises(planner.PlanError, match=r"'BinaryNme' .*did you mean BinaryName"):
+    with pytest.raises(K3sGpuError, match=r"'BinaryNme' .*did you mean BinaryName"):
         changes.compute(facts, {"runtimes": [{"name": "nvidia-legacy", "binary": LEGACY, "options": {"BinaryNme": "/x"}}]})
 
 
 def test_enable_cdi_on_containerd_17_release_is_refused(sandbox):
     sandbox.k3s("k3s", "package")
-    with pytest.raises(planner.PlanError, match=r"k3s v1.31.5\+k3s1 ships containerd 1.7.*base template already emits"):
+    with pytest.raises(K3sGpuError, match=r"k3s v1.31.5\+k3s1 ships containerd 1.7.*base template already emits"):
         run(sandbox, "v1.31.5+k3s1", enable_cdi=True)
 
 
@@ -96,17 +97,17 @@ def test_default_runtime_not_detected(sandbox):
     plan, file_changes = run(sandbox, "v1.31.6+k3s1", default_runtime="nvidia-legacy")
     assert plan["default_runtime"]["how"] == "toml"
     assert 'default_runtime_name = "nvidia-legacy"' in file_changes[0]["after"]
-    with pytest.raises(planner.PlanError, match="schema-2 base template already emits"):
+    with pytest.raises(K3sGpuError, match="schema-2 base template already emits"):
         run(sandbox, "v1.31.5+k3s1", default_runtime="nvidia-legacy")
-    with pytest.raises(planner.PlanError, match="neither detected by .* nor written"):
+    with pytest.raises(K3sGpuError, match="neither detected by .* nor written"):
         run(sandbox, "v1.31.6+k3s1", default_runtime="kata")
-    with pytest.raises(planner.PlanError, match="no default-runtime setting"):
+    with pytest.raises(K3sGpuError, match="no default-runtime setting"):
         run(sandbox, "v1.28.4+k3s2", default_runtime="nvidia")
 
 
 def test_default_runtime_runc_is_refused_on_k3s(sandbox):
     sandbox.k3s("k3s", "package")
-    with pytest.raises(planner.PlanError, match="never include runc"):
+    with pytest.raises(K3sGpuError, match="never include runc"):
         run(sandbox, default_runtime="runc")
 
 
@@ -133,14 +134,14 @@ def test_default_runtime_set_by_the_site_reserves_the_v3_containerd_table(sandbo
 def test_default_runtime_toml_conflicts_with_config_yaml(sandbox):
     sandbox.k3s("k3s", "package")
     sandbox.write("/etc/rancher/k3s/config.yaml", "default-runtime: nvidia\n")
-    with pytest.raises(planner.PlanError, match="/etc/rancher/k3s/config.yaml sets default-runtime: nvidia"):
+    with pytest.raises(K3sGpuError, match="/etc/rancher/k3s/config.yaml sets default-runtime: nvidia"):
         run(sandbox, "v1.31.6+k3s1", default_runtime="nvidia-legacy")
 
 
 def test_explicit_runtime_that_base_renders_with_another_binary(sandbox):
     sandbox.k3s("k3s", "package").binary("/opt/x/nvidia-container-runtime")
     facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", binaries=["/opt/x/nvidia-container-runtime"])
-    with pytest.raises(planner.PlanError, match="cannot declare its table a second time"):
+    with pytest.raises(K3sGpuError, match="cannot declare its table a second time"):
         changes.compute(facts, {"runtimes": [{"name": "nvidia", "binary": "/opt/x/nvidia-container-runtime"}]})
     facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1", binaries=["/opt/x/nvidia-container-runtime"])
     plan, _c = changes.compute(facts, {"runtimes": [{"name": "nvidia", "binary": "/opt/x/nvidia-container-runtime"}]})
@@ -165,7 +166,7 @@ def test_unusable_target_file(sandbox, kind):
         sandbox.write(target, b'{{ template "base" . }}\n# caf\xe9\n')
         message = r"not valid UTF-8 \(first bad byte on line 2\)"
     before = sandbox.snapshot()
-    with pytest.raises(planner.PlanError, match=message) as info:
+    with pytest.raises(K3sGpuError, match=message) as info:
         run(sandbox)
     assert target in str(info.value)
     assert sandbox.snapshot() == before
@@ -173,7 +174,7 @@ def test_unusable_target_file(sandbox, kind):
 
 def test_path_override(sandbox):
     sandbox.k3s("k3s", "package")
-    with pytest.raises(planner.PlanError, match="must be absolute"):
+    with pytest.raises(K3sGpuError, match="must be absolute"):
         run(sandbox, path="relative/x.toml")
     plan, file_changes = run(sandbox, path="/etc/containerd/conf.d/gpu.toml")
     assert plan["target"]["mode"] == "dropin" and file_changes[0]["node_path"] == "/etc/containerd/conf.d/gpu.toml"
@@ -186,14 +187,14 @@ def test_plain_containerd_v1_config_is_refused(sandbox):
     sandbox.binary("/usr/bin/nvidia-container-runtime")
     sandbox.write("/etc/containerd/config.toml", '[plugins.cri]\n  sandbox_image = "x"\n')
     facts = detect.gather(sandbox.root, "containerd", "1.7.24")
-    with pytest.raises(planner.PlanError, match="has no `version` line"):
+    with pytest.raises(K3sGpuError, match="has no `version` line"):
         changes.compute(facts, {})
 
 
 def test_containerd_16_has_no_cdi(sandbox):
     sandbox.binary("/usr/bin/containerd")
     facts = detect.gather(sandbox.root, "containerd", "1.6.20")
-    with pytest.raises(planner.PlanError, match="containerd 1.6 .* has no CDI support"):
+    with pytest.raises(K3sGpuError, match="containerd 1.6 .* has no CDI support"):
         changes.compute(facts, {"enable_cdi": True})
 
 
@@ -259,7 +260,7 @@ def test_v4_config_removal_keeps_v4(sandbox):
 def test_v4_config_on_a_node_that_cannot_read_it_is_refused(sandbox, version):
     containerd_node(sandbox, V4_CONFIG)
     before = sandbox.snapshot()
-    with pytest.raises(planner.PlanError) as info:
+    with pytest.raises(K3sGpuError) as info:
         plain(sandbox, version)
     message = str(info.value)
     assert "/etc/containerd/config.toml declares `version = 4`" in message
@@ -269,14 +270,14 @@ def test_v4_config_on_a_node_that_cannot_read_it_is_refused(sandbox, version):
     assert sandbox.snapshot() == before
     # runtime_info reports it as the plan's error instead of failing
     facts = detect.gather(sandbox.root, "containerd", version)
-    with pytest.raises(planner.PlanError, match="version = 4"):
+    with pytest.raises(K3sGpuError, match="version = 4"):
         planner.make_plan(facts)
 
 
 @pytest.mark.parametrize("version,config_version", [("1.7.24", 3), ("1.7.24", 4), ("2.3.4", 5), ("2.3.4", 1)])
 def test_other_unreadable_versions_are_refused(sandbox, version, config_version):
     containerd_node(sandbox, "version = %d\n[plugins.x]\n  a = 1\n" % config_version)
-    with pytest.raises(planner.PlanError, match=r"declares `version = %d`, which containerd %s" % (config_version, version[:3])):
+    with pytest.raises(K3sGpuError, match=r"declares `version = %d`, which containerd %s" % (config_version, version[:3])):
         plain(sandbox, version)
 
 
@@ -321,7 +322,7 @@ def test_config_path_override_at_4(sandbox):
     plan, [change] = plain(sandbox, "2.3.4", path="/etc/containerd/other.toml")
     assert (plan["target"]["mode"], plan["target"]["schema"]) == ("config", 4)
     assert change["after"].startswith(V4_CONFIG)
-    with pytest.raises(planner.PlanError, match="declares `version = 4`, which containerd 2.2 cannot read"):
+    with pytest.raises(K3sGpuError, match="declares `version = 4`, which containerd 2.2 cannot read"):
         plain(sandbox, "2.2.7", path="/etc/containerd/other.toml")
 
 

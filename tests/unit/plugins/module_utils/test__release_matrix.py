@@ -20,6 +20,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 V2_TMPL = "config.toml.tmpl"
 V3_TMPL = "config-v3.toml.tmpl"
@@ -117,7 +118,7 @@ def test_release_layout(sandbox, distribution, release, era, cdi, schema, where,
     wanted = expected_available(layout)
     missing = wanted - set(nvidia_found)
     if where == NO_BASE and missing:
-        with pytest.raises(planner.PlanError, match="v1.28.1"):
+        with pytest.raises(K3sGpuError, match="v1.28.1"):
             planner.make_plan(facts)
         return
     plan = planner.make_plan(facts)
@@ -186,7 +187,7 @@ def test_nothing_duplicated_on_dropin_release(sandbox):
 ])
 def test_unknown_or_old_release_is_refused(sandbox, distribution, release, message):
     sandbox.k3s("k3s", "package")
-    with pytest.raises(distro.ReleaseError, match=message):
+    with pytest.raises(K3sGpuError, match=message):
         detect.gather(sandbox.root, distribution, release)
 
 
@@ -269,11 +270,13 @@ def test_plain_containerd_config_versions():
 def test_newer_line_is_refused_by_default_and_names_the_opt_in(sandbox):
     sandbox.k3s("k3s", "package")
     for distribution, release in (("k3s", "v1.38.0+k3s1"), ("rke2", "v1.38.2+rke2r1"), ("containerd", "2.4.0")):
-        with pytest.raises(distro.ReleaseError) as info:
+        with pytest.raises(K3sGpuError) as info:
             detect.gather(sandbox.root, distribution, release)
         message = str(info.value)
-        assert release in message and "newer_release=assume_newest_known" in message and "gpu_node_newer_release" in message
-        with pytest.raises(distro.ReleaseError, match="newer_release=assume_newest_known"):
+        assert release in message and "set newer_release=assume_newest_known" in message
+        # the role's user reads the variable they set
+        assert "set gpu_node_newer_release=assume_newest_known" in info.value.text({"newer_release": "gpu_node_newer_release"})
+        with pytest.raises(K3sGpuError, match="newer_release=assume_newest_known"):
             distro.profile(distribution, release, "refuse")
 
 
@@ -312,10 +315,10 @@ def test_newer_containerd_line_assumed_as_2_3(sandbox):
 def test_newer_release_policy_never_rescues_an_old_or_malformed_release():
     for distribution, release, message in (("k3s", "v1.27.16+k3s1", "older than"), ("containerd", "1.5.9", "outside the lines"),
                                            ("k3s", "1.38", "not a k3s version")):
-        with pytest.raises(distro.ReleaseError, match=message) as info:
+        with pytest.raises(K3sGpuError, match=message) as info:
             distro.profile(distribution, release, "assume_newest_known")
         assert "assume_newest_known" not in str(info.value)
-    with pytest.raises(distro.ReleaseError, match="newer_release must be one of refuse, assume_newest_known"):
+    with pytest.raises(K3sGpuError, match="newer_release must be one of refuse, assume_newest_known"):
         distro.profile("k3s", "v1.38.0+k3s1", "guess")
 
 

@@ -56,7 +56,7 @@ def test_plan_error_is_reported_not_raised(sandbox, capsys):
     ({"release": "v1.26.3+k3s1"}, "older than the oldest release line this collection supports"),
     ({"release": "v1.40.0+k3s1"}, "does not know yet"),
     ({"distribution": "rke2", "release": "v1.31.6+k3s1"}, "is a k3s release, but distribution is rke2"),
-    ({}, "pass release="),
+    ({}, "set release"),
     ({"distribution": "gpu"}, "value of distribution must be one of"),
 ])
 def test_errors(sandbox, capsys, args, message):

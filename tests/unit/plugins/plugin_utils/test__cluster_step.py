@@ -13,6 +13,7 @@ import pytest
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_step as step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 CLUSTERS = {"gpu1": "a", "gpu2": "a", "server1": "a", "gpu3": "b", "server2": "b", "server3": "b"}
 SETTINGS = step.read_settings({})
@@ -61,7 +62,7 @@ def test_a_limited_run_is_partial():
                    "or set k3s_gpu_cluster on them to a"),
 ])
 def test_a_cluster_without_a_server_is_refused_by_name(servers, words):
-    with pytest.raises(step.ClusterStepError, match=words.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(K3sGpuError, match=words.replace("(", r"\(").replace(")", r"\)")):
         clusters(["gpu1"], servers=servers)
 
 
@@ -148,7 +149,7 @@ def test_operator_mode_writes_the_helmchart_and_leaves_its_classes_to_it():
 
 
 def test_two_modes_in_one_cluster_are_refused():
-    with pytest.raises(step.ClusterStepError, match="one cluster, two modes"):
+    with pytest.raises(K3sGpuError, match="one cluster, two modes"):
         decide([node("gpu1", ["nvidia"], mode="operator"), node("gpu2", ["nvidia"])])
 
 
@@ -208,7 +209,7 @@ def test_time_slicing_goes_into_the_plugin_config():
 
 
 def test_bad_sharing_is_refused_by_its_variable():
-    with pytest.raises(step.ClusterStepError, match="gpu_node_gpu_sharing.replicas is 1"):
+    with pytest.raises(K3sGpuError, match="gpu_node_gpu_sharing.replicas is 1"):
         decide([node("gpu1", ["nvidia"])], objects=step.OBJECTS, plugin=dict(PLUGIN, gpu_sharing={"strategy": "mps", "replicas": 1}))
 
 

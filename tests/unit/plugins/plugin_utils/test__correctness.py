@@ -22,6 +22,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as pla
 from ansible_collections.k3s_gpu.nvidia.plugins.modules import node_files
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 RELEASE = "v1.30.6+k3s1"
 TEMPLATE_V2 = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"
@@ -103,7 +104,7 @@ def runtimes_of(text, schema=2):
 def test_a_users_table_of_a_rendered_runtime_is_refused_with_what_it_would_lose(sandbox):
     facts = k3s_node(sandbox, USER_NVIDIA)
     before = sandbox.snapshot()
-    with pytest.raises(toml.TomlEditError) as info:
+    with pytest.raises(K3sGpuError) as info:
         changes.compute(facts, {"state": "present", "backup": True})
     message = str(info.value)
     assert "line 3: [%s.runtimes.nvidia]" % V2 in message
@@ -120,7 +121,7 @@ def test_the_rule_holds_for_every_runtime_the_release_renders(sandbox):
     template = USER_NVIDIA.replace("runtimes.nvidia", "runtimes.nvidia-cdi").replace(
         "nvidia-container-runtime\"", "nvidia-container-runtime.cdi\"").replace(
         "SystemdCgroup = false", "SystemdCgroup = true\n  NoNewKeyring = true")
-    with pytest.raises(toml.TomlEditError) as info:
+    with pytest.raises(K3sGpuError) as info:
         changes.compute(k3s_node(sandbox, template), {"state": "present"})
     assert "runtime nvidia-cdi itself" in str(info.value)
     assert "options.NoNewKeyring true \u2192 (unset)" in str(info.value)
@@ -132,7 +133,7 @@ def test_on_a_dropin_release_the_refusal_names_the_settings_and_the_dropin_way(s
     sandbox.mkdir("/run/systemd/system")
     template = USER_NVIDIA.replace(V2, V3)
     sandbox.write("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl", template)
-    with pytest.raises(toml.TomlEditError) as info:
+    with pytest.raises(K3sGpuError) as info:
         changes.compute(detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1"), {"state": "present"})
     message = str(info.value)
     assert "SystemdCgroup false \u2192 true" in message and "nvidia-custom" in message
@@ -193,7 +194,7 @@ def test_the_mirror_with_the_base_include_is_still_refused(sandbox):
     facts = k3s_node(sandbox, template, ("nvidia-container-runtime", "nvidia-container-runtime.legacy"))
     refusal = changes.refusal_before_install(facts)
     assert "already emitted by the base template of k3s %s" % RELEASE in refusal
-    with pytest.raises(toml.TomlEditError):
+    with pytest.raises(K3sGpuError):
         changes.compute(facts, {"state": "present"})
 
 
@@ -208,7 +209,7 @@ def test_default_runtime_and_enable_cdi_in_a_template_without_base(sandbox):
     # the mirror, with the include: refused, naming the base
     with_base = '{{ template "base" . }}\n'
     facts = k3s_node(sandbox, with_base, release="v1.29.4+k3s1")
-    with pytest.raises(planner.PlanError, match="base template already emits"):
+    with pytest.raises(K3sGpuError, match="base template already emits"):
         changes.compute(facts, {"state": "present", "default_runtime": "nvidia-legacy"})
 
 

@@ -22,6 +22,7 @@ import yaml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as dp
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 RELEASE = "v1.33.10+k3s1"
@@ -57,8 +58,8 @@ def test_every_known_version_has_its_facts():
         assert row["mig_strategies"] == ("none", "single", "mixed")
         assert "cdi-cri" in row["device_list_strategies"] and "envvar" in row["device_list_strategies"]
     assert dp.chart_facts("v0.20.0")["version"] == "0.20.0"
-    with pytest.raises(dp.DevicePluginPlanError, match=r"gpu_node_device_plugin_chart_version is '0\.14\.0', a chart "
-                       r"version this collection does not know .*use one of 0\.18\.2, 0\.19\.3, 0\.20\.0\."):
+    with pytest.raises(K3sGpuError, match=r"gpu_node_device_plugin_chart_version is '0\.14\.0', a chart "
+                       r"version this collection does not know .*use one of 0\.18\.2, 0\.19\.3, 0\.20\.0"):
         plan({"chart_version": "0.14.0"})
 
 
@@ -118,7 +119,7 @@ def test_manifest_is_byte_stable():
 def test_no_gpu_node_wants_no_manifest():
     result = plan(nodes=[])
     assert result["wanted"] is False and result["objects"] == []
-    with pytest.raises(dp.DevicePluginPlanError, match="remove the manifest instead"):
+    with pytest.raises(K3sGpuError, match="remove the manifest instead"):
         dp.render_manifest(result)
 
 
@@ -144,7 +145,7 @@ def test_runtime_class_choice(available, nodes, wanted, chosen):
 @pytest.mark.parametrize("available, nodes, wanted, message", [
     (["crun"], [CDI_NODE], "", r"the cluster has no NVIDIA RuntimeClass whose handler every GPU node has \(RuntimeClasses: "
      r"crun \(handler crun\)\); without one the plugin runs under runc and cannot load NVML, so create them with the "
-     r"k3s_gpu.nvidia.runtimeclasses playbook, or set gpu_node_device_plugin_runtime_class\."),
+     r"k3s_gpu.nvidia.runtimeclasses playbook, or set gpu_node_device_plugin_runtime_class"),
     (["nvidia-cdi"], [PLAIN_NODE], "", r"no NVIDIA RuntimeClass whose handler every GPU node has"),
     (["nvidia"], [CDI_NODE], "nvidia-legacy", r"gpu_node_device_plugin_runtime_class is 'nvidia-legacy', but the cluster "
      r"has no RuntimeClass of that name \(it has nvidia\)"),
@@ -152,7 +153,7 @@ def test_runtime_class_choice(available, nodes, wanted, chosen):
      r"handler nvidia-cdi is not configured in containerd on gpu2"),
 ])
 def test_runtime_class_refusals(available, nodes, wanted, message):
-    with pytest.raises(dp.DevicePluginPlanError, match=message):
+    with pytest.raises(K3sGpuError, match=message):
         dp.choose_runtime_class(available, nodes, wanted)
 
 
@@ -181,11 +182,11 @@ def test_explicit_strategies():
     # cdi-annotations needs no kubelet support
     assert plan({"device_list_strategy": "cdi-annotations"}, nodes=[CDI_NODE],
                 release="v1.28.15+k3s1")["device_list_strategy"] == "cdi-annotations"
-    with pytest.raises(dp.DevicePluginPlanError, match=r"gpu_node_device_plugin_device_list_strategy is cdi-cri, but CDI "
+    with pytest.raises(K3sGpuError, match=r"gpu_node_device_plugin_device_list_strategy is cdi-cri, but CDI "
                        r"is off in containerd on gpu2; no NVIDIA CDI spec on gpu2; enable CDI and generate the specs"):
         plan({"device_list_strategy": "cdi-cri"})
-    with pytest.raises(dp.DevicePluginPlanError, match=r"gpu_node_device_plugin_device_list_strategy is 'cdi_cri' \(did "
-                       r"you mean cdi-cri\?\); use one of auto, envvar, volume-mounts, cdi-annotations, cdi-cri\."):
+    with pytest.raises(K3sGpuError, match=r"gpu_node_device_plugin_device_list_strategy is 'cdi_cri' \(did "
+                       r"you mean cdi-cri\?\); use one of auto, envvar, volume-mounts, cdi-annotations, cdi-cri"):
         plan({"device_list_strategy": "cdi_cri"})
 
 
@@ -241,30 +242,30 @@ def test_named_per_node_configs():
     ({"sharing": {"strategy": "time-slicing", "replicas": 2.5}}, r"gpu_node_gpu_sharing\.replicas is 2\.5"),
     ({"sharing": {"strategy": "time-slicing"}}, r"gpu_node_gpu_sharing\.replicas is None"),
     ({"sharing": {"strategy": "time-slicing", "replica": 4}}, r"gpu_node_gpu_sharing has no key replica \(did you mean "
-     r"replicas\?\); its keys are strategy, replicas, rename_by_default, fail_requests_greater_than_one\."),
+     r"replicas\?\); its keys are strategy, replicas, rename_by_default, fail_requests_greater_than_one"),
     ({"sharing": {"strategy": "timeslicing", "replicas": 4}}, r"gpu_node_gpu_sharing\.strategy is 'timeslicing' \(did you "
-     r"mean time-slicing\?\); use time-slicing or mps \(or none\)\."),
+     r"mean time-slicing\?\); use time-slicing or mps \(or none\)"),
     ({"sharing": {"strategy": "mps", "replicas": 4}, "mig_strategy": "mixed"}, r"gpu_node_gpu_sharing uses MPS, which the "
      r"plugin refuses with MIG strategy mixed; set gpu_node_device_plugin_mig_strategy to none or single, or share with "
-     r"time-slicing\."),
+     r"time-slicing"),
     ({"sharing": {"strategy": "mps", "replicas": 49}}, r"gpu_node_gpu_sharing\.replicas is 49, above the 48 clients one "
      r"MPS server takes"),
     ({"sharing": {"strategy": "none", "replicas": 4}}, r"gpu_node_gpu_sharing: strategy none shares nothing, so replicas "
      r"has no meaning"),
     ({"sharing": {"strategy": "time-slicing", "replicas": 4, "rename_by_default": "yes"}},
-     r"gpu_node_gpu_sharing\.rename_by_default must be true or false, got 'yes'\."),
+     r"gpu_node_gpu_sharing\.rename_by_default must be true or false, got 'yes'"),
     ({"sharing": "time-slicing"}, r"gpu_node_gpu_sharing must be a dict such as \{strategy: time-slicing, replicas: 4\}"),
     ({"configs": {"big": {"strategy": "mps", "replicas": 4}}, "mig_strategy": "mixed"},
      r"gpu_node_device_plugin_configs\.big uses MPS, which the plugin refuses with MIG strategy mixed"),
     ({"configs": {"default": {"strategy": "mps", "replicas": 4}}}, r"gpu_node_device_plugin_configs names a config "
-     r"'default', the name of the cluster-wide config \(set that one with gpu_node_gpu_sharing\); rename it\."),
+     r"'default', the name of the cluster-wide config \(set that one with gpu_node_gpu_sharing\); rename it"),
     ({"configs": {"a b": None}}, r"gpu_node_device_plugin_configs has the config name 'a b'; use letters, digits"),
-    ({"configs": ["a"]}, r"gpu_node_device_plugin_configs must be a dict of config name -> sharing setting, got list\."),
+    ({"configs": ["a"]}, r"gpu_node_device_plugin_configs must be a dict of config name -> sharing setting, got list"),
     ({"mig_strategy": "mix"}, r"gpu_node_device_plugin_mig_strategy is 'mix' \(did you mean mixed\?\); use one of none, "
-     r"single, mixed\."),
+     r"single, mixed"),
     ({"device_discovery_strategy": "nvlm"}, r"gpu_node_device_plugin_device_discovery_strategy is 'nvlm' \(did you mean "
-     r"nvml\?\); use one of auto, nvml, tegra\."),
-    ({"gfd": "true"}, r"gpu_node_device_plugin_gfd must be true or false, got 'true'\."),
+     r"nvml\?\); use one of auto, nvml, tegra"),
+    ({"gfd": "true"}, r"gpu_node_device_plugin_gfd must be true or false, got 'true'"),
     ({"namespace": "default"}, r"gpu_node_device_plugin_namespace is default, which the chart refuses"),
     ({"namespace": "GPU"}, r"gpu_node_device_plugin_namespace is 'GPU'; give a namespace name"),
     ({"chart_archive": "chart.tar"}, r"gpu_node_device_plugin_chart_archive is 'chart.tar'; give a file name ending in .tgz"),
@@ -276,18 +277,18 @@ def test_named_per_node_configs():
     ({"runtimeclass": "nvidia"}, r"the device plugin settings has no key runtimeclass \(did you mean runtime_class\?\)"),
 ])
 def test_bad_settings(settings, message):
-    with pytest.raises(dp.DevicePluginPlanError, match=message):
+    with pytest.raises(K3sGpuError, match=message):
         plan(settings)
 
 
 def test_messages_are_one_sentence():
-    with pytest.raises(dp.DevicePluginPlanError) as caught:
+    with pytest.raises(K3sGpuError) as caught:
         plan({"sharing": {"strategy": "mps", "replicas": 1}})
-    assert str(caught.value).count(". ") == 0 and str(caught.value).endswith(".")
+    assert str(caught.value).count(". ") == 0 and not str(caught.value).endswith(".")  # a clause: callers end it
 
 
 def test_node_config_must_be_defined():
-    with pytest.raises(dp.DevicePluginPlanError, match=r"a node asks for the plugin config mps-8, which "
+    with pytest.raises(K3sGpuError, match=r"a node asks for the plugin config mps-8, which "
                        r"gpu_node_device_plugin_configs does not define \(it defines none\)"):
         plan(nodes=[dict(CDI_NODE, config="mps-8")])
 
@@ -300,7 +301,7 @@ def test_node_config_must_be_defined():
     ([dict(CDI_NODE, handlers="nvidia")], r"the facts of node gpu1: handlers must be a list"),
 ])
 def test_bad_node_facts(nodes, message):
-    with pytest.raises(dp.DevicePluginPlanError, match=message):
+    with pytest.raises(K3sGpuError, match=message):
         plan(nodes=nodes)
 
 
@@ -335,5 +336,5 @@ def test_options():
 
 
 def test_bad_cluster():
-    with pytest.raises(dp.DevicePluginPlanError, match="runtime_info result of a k3s or rke2 server"):
+    with pytest.raises(K3sGpuError, match="runtime_info result of a k3s or rke2 server"):
         dp.plan_cluster({"distribution": "containerd", "release": "2.1.4"}, {}, [CDI_NODE], SHIPPED)

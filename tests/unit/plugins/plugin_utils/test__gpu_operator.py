@@ -21,6 +21,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as op
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 RELEASE = "v1.33.10+k3s1"
 
@@ -67,7 +68,7 @@ def test_host_mode_installs_the_toolkit_on_a_plain_node(sandbox):
 
 
 def test_host_mode_refuses_a_second_toolkit_next_to_the_operators(sandbox):
-    with pytest.raises(op.GpuOperatorPlanError, match=r"gpu1 has the GPU Operator's toolkit in /usr/local/nvidia/toolkit "
+    with pytest.raises(K3sGpuError, match=r"gpu1 has the GPU Operator's toolkit in /usr/local/nvidia/toolkit "
                        r"\(nvidia-container-runtime, .*gpu_node_toolkit_install=false"):
         op.plan_node(facts_of(sandbox, ("operator",)), "host", toolkit_install=True, host="gpu1")
 
@@ -79,7 +80,7 @@ def test_host_mode_keeps_the_operators_toolkit_when_not_installing(sandbox):
 
 
 def test_host_mode_refuses_two_toolkits_even_without_installing(sandbox):
-    with pytest.raises(op.GpuOperatorPlanError, match=r"two NVIDIA toolkits: the GPU Operator's in .* and the host's "
+    with pytest.raises(K3sGpuError, match=r"two NVIDIA toolkits: the GPU Operator's in .* and the host's "
                        r"\(/usr/bin/nvidia-container-runtime, .*Keep one"):
         op.plan_node(facts_of(sandbox, ("operator", "package")), "host", toolkit_install=False)
 
@@ -111,7 +112,7 @@ def test_operator_mode_removes_the_host_toolkit_on_a_real_root(sandbox):
 
 @pytest.mark.parametrize("toolkit_install, live", [(False, True), (True, False)])
 def test_operator_mode_refuses_a_host_toolkit_it_may_not_remove(sandbox, toolkit_install, live):
-    with pytest.raises(op.GpuOperatorPlanError, match=r"operator mode, where the GPU Operator installs the toolkit, but a "
+    with pytest.raises(K3sGpuError, match=r"operator mode, where the GPU Operator installs the toolkit, but a "
                        r"host toolkit is there \(/usr/bin/nvidia-container-runtime, .*gpu_node_operator_toolkit=false"):
         op.plan_node(facts_of(sandbox, ("package",)), "operator", toolkit_install=toolkit_install, live=live)
 
@@ -123,13 +124,13 @@ def test_operator_mode_with_the_host_toolkit_kept(sandbox):
 
 
 def test_operator_mode_refuses_stale_operator_files_when_its_toolkit_is_off(sandbox):
-    with pytest.raises(op.GpuOperatorPlanError, match=r"toolkit is off \(gpu_node_operator_toolkit=false\), yet "
+    with pytest.raises(K3sGpuError, match=r"toolkit is off \(gpu_node_operator_toolkit=false\), yet "
                        r"/usr/local/nvidia/toolkit .*search that directory first"):
         op.plan_node(facts_of(sandbox, ("operator",)), "operator", operator_toolkit=False)
 
 
 def test_operator_mode_refuses_two_driver_owners(sandbox):
-    with pytest.raises(op.GpuOperatorPlanError, match=r"gpu_node_driver_install=true and the GPU Operator's driver is on"):
+    with pytest.raises(K3sGpuError, match=r"gpu_node_driver_install=true and the GPU Operator's driver is on"):
         op.plan_node(facts_of(sandbox), "operator", operator_driver=True, driver_install=True)
 
 
@@ -145,7 +146,7 @@ def test_operator_mode_keeps_the_role_driver_when_the_operators_is_off(sandbox):
 ])
 def test_bad_input(sandbox, kwargs, message):
     facts = facts_of(sandbox)
-    with pytest.raises(op.GpuOperatorPlanError, match=message):
+    with pytest.raises(K3sGpuError, match=message):
         op.plan_node(facts, **kwargs)
 
 
@@ -261,10 +262,10 @@ def test_chart_defaults_per_line():
 def test_host_driver_turns_the_operators_off():
     nodes = [{"host": "gpu1", "mode": "operator", "driver_install": True}, {"host": "gpu2", "mode": "operator", "driver_install": True}]
     assert op.plan_cluster(cluster_of(), {}, nodes)["values"]["driver"] == {"enabled": False}
-    with pytest.raises(op.GpuOperatorPlanError, match=r"driver.enabled is one setting for the whole cluster, but the role "
+    with pytest.raises(K3sGpuError, match=r"driver.enabled is one setting for the whole cluster, but the role "
                        r"installs the host driver on gpu1 and not on gpu2"):
         op.plan_cluster(cluster_of(), {}, [nodes[0], {"host": "gpu2", "mode": "operator"}])
-    with pytest.raises(op.GpuOperatorPlanError, match=r"gpu_node_operator_driver=true, but the role installs the host driver on gpu1, gpu2"):
+    with pytest.raises(K3sGpuError, match=r"gpu_node_operator_driver=true, but the role installs the host driver on gpu1, gpu2"):
         op.plan_cluster(cluster_of(), {"driver": True}, nodes)
     assert op.plan_cluster(cluster_of(), {"driver": False}, OPERATOR_NODES)["values"]["driver"] == {"enabled": False}
 
@@ -330,12 +331,12 @@ def test_user_values_merge():
 def test_bad_settings(settings, message):
     settings = dict(settings)
     settings.setdefault("cdi", False)
-    with pytest.raises(op.GpuOperatorPlanError, match=message):
+    with pytest.raises(K3sGpuError, match=message):
         op.plan_cluster(cluster_of("k3s", "v1.28.15+k3s1"), settings, OPERATOR_NODES)
 
 
 def test_cdi_mode_needs_containerd_2():
-    with pytest.raises(op.GpuOperatorPlanError, match=r"CDI mode needs containerd 2.0 or newer, and k3s v1.31.5\+k3s1 ships "
+    with pytest.raises(K3sGpuError, match=r"CDI mode needs containerd 2.0 or newer, and k3s v1.31.5\+k3s1 ships "
                        r"containerd 1.7. Set gpu_node_operator_cdi=false"):
         op.plan_cluster(cluster_of("k3s", "v1.31.5+k3s1"), {}, OPERATOR_NODES)
     assert op.plan_cluster(cluster_of("k3s", "v1.31.6+k3s1"), {}, OPERATOR_NODES)["operator_mode"] == "cdi"
@@ -346,17 +347,17 @@ def test_nri_mode():
     plan = op.plan_cluster(cluster_of("k3s", "v1.33.5+k3s1"), nri, OPERATOR_NODES)
     assert plan["operator_mode"] == "nri"
     assert (plan["runtimeclasses_created"], plan["runtimeclasses_deleted"]) == ([], ["nvidia", "nvidia-cdi", "nvidia-legacy"])
-    with pytest.raises(op.GpuOperatorPlanError, match=r"NRI plugin mode needs containerd 2.1 or newer, and k3s v1.33.4\+k3s1 "
+    with pytest.raises(K3sGpuError, match=r"NRI plugin mode needs containerd 2.1 or newer, and k3s v1.33.4\+k3s1 "
                        r"ships containerd 2.0"):
         op.plan_cluster(cluster_of("k3s", "v1.33.4+k3s1"), nri, OPERATOR_NODES)
-    with pytest.raises(op.GpuOperatorPlanError, match=r"GPU Operator v25.10.1 has no NRI plugin mode"):
+    with pytest.raises(K3sGpuError, match=r"GPU Operator v25.10.1 has no NRI plugin mode"):
         op.plan_cluster(cluster_of("k3s", "v1.33.5+k3s1"), dict(nri, chart_version="v25.10.1"), OPERATOR_NODES)
-    with pytest.raises(op.GpuOperatorPlanError, match=r"cdi.nriPluginEnabled needs CDI"):
+    with pytest.raises(K3sGpuError, match=r"cdi.nriPluginEnabled needs CDI"):
         op.plan_cluster(cluster_of("k3s", "v1.33.5+k3s1"), dict(nri, cdi=False), OPERATOR_NODES)
 
 
 def test_one_mode_per_cluster():
-    with pytest.raises(op.GpuOperatorPlanError, match=r"one cluster, two modes: gpu1 in operator mode, gpu3 in host mode"):
+    with pytest.raises(K3sGpuError, match=r"one cluster, two modes: gpu1 in operator mode, gpu3 in host mode"):
         op.plan_cluster(cluster_of(), {}, [{"host": "gpu1", "mode": "operator"}, {"host": "gpu3", "mode": "host"}])
 
 
@@ -369,7 +370,7 @@ def test_host_mode_cluster_is_never_refused_for_operator_settings():
 def test_no_operator_node_wants_no_manifest():
     plan = op.plan_cluster(cluster_of(), {}, [{"host": "gpu3", "mode": "host"}])
     assert plan["wanted"] is False and plan["objects"] == []
-    with pytest.raises(op.GpuOperatorPlanError, match="remove the manifest instead"):
+    with pytest.raises(K3sGpuError, match="remove the manifest instead"):
         op.render_manifest(plan)
 
 
@@ -383,7 +384,7 @@ def test_no_operator_node_wants_no_manifest():
     (cluster_of(), [{"host": "gpu1", "mode": "operator", "driver_install": "no"}], r"driver_install must be true or false"),
 ])
 def test_bad_cluster_or_nodes(cluster, nodes, message):
-    with pytest.raises(op.GpuOperatorPlanError, match=message):
+    with pytest.raises(K3sGpuError, match=message):
         op.plan_cluster(cluster, {}, nodes)
 
 
@@ -450,7 +451,7 @@ def test_plan_host_on_a_gpu_node(sandbox):
 ])
 def test_plan_host_refusals(sandbox, settings, release, message):
     facts = gpu_facts(sandbox, "operator" if message is None else "package", release)
-    with pytest.raises(op.GpuOperatorPlanError, match=message or r"gpu1 has the GPU Operator's toolkit"):
+    with pytest.raises(K3sGpuError, match=message or r"gpu1 has the GPU Operator's toolkit"):
         op.plan_host(facts, dict(HOST_SETTINGS, **settings), host="gpu1")
     if settings.get("local_connection"):
         # the role never reboots: nothing to refuse

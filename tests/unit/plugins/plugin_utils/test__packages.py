@@ -11,6 +11,7 @@ import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _packages as packages
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 UBUNTU = {"os_family": "Debian", "distribution": "Ubuntu", "distribution_major_version": "24",
           "distribution_version": "24.04", "architecture": "x86_64", "kernel": "6.8.0-49-generic"}
@@ -59,10 +60,10 @@ def test_package_manager_setting_wins_over_the_os_family():
 
 
 def test_unknown_package_manager_is_refused_in_the_users_terms():
-    with pytest.raises(packages.PackagesError, match=r"^gpu1: the role installs the NVIDIA container toolkit with apt.*"
+    with pytest.raises(K3sGpuError, match=r"^gpu1: the role installs the NVIDIA container toolkit with apt.*"
                                                      r"gpu_node_toolkit_install=false, or set gpu_node_package_manager"):
         packages.toolkit_source(settings(), "", "gpu1")
-    with pytest.raises(packages.PackagesError, match=r"this host is Archlinux .*gpu_node_driver_packages"):
+    with pytest.raises(K3sGpuError, match=r"this host is Archlinux .*gpu_node_driver_packages"):
         packages.driver_source(settings(), ARCH, "apt", "gpu1")
 
 
@@ -145,7 +146,7 @@ def test_removal_of_toolkit_and_driver():
     assert driver["nouveau_blacklist"] and "/etc/apt/keyrings/nvidia-cuda.asc" in driver["files"]
     kept = packages.removal("toolkit", settings(), ROCKY, "dnf", "gpu1", remove_source=False)
     assert kept["files"] == [] and kept["family"] == "dnf"
-    with pytest.raises(packages.PackagesError, match="removes the NVIDIA driver with apt or dnf"):
+    with pytest.raises(K3sGpuError, match="removes the NVIDIA driver with apt or dnf"):
         packages.removal("driver", settings(), ARCH, "", "gpu1", remove_source=True)
 
 

@@ -17,6 +17,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 CONFIG = "/etc/containerd/config.toml"
 V2 = 'plugins."io.containerd.grpc.v1.cri".containerd'
@@ -183,7 +184,7 @@ disabled_plugins = ["cri"]
 @pytest.mark.parametrize("listed", ['["cri"]', "['io.containerd.grpc.v1.cri']", '[\n  "io.containerd.cri.v1.runtime",\n]'])
 def test_cri_turned_off_is_refused_by_name(sandbox, listed):
     text = DOCKER_CONTAINERD_IO.replace('["cri"]', listed)
-    with pytest.raises(planner.PlanError) as raised:
+    with pytest.raises(K3sGpuError) as raised:
         run(sandbox, text)
     message = str(raised.value)
     assert "[cri_disabled]" in message and "kubelet cannot use this containerd" in message
@@ -199,7 +200,7 @@ def test_cri_turned_off_inside_a_table_is_not_the_top_level_key(sandbox):
 
 def test_version_1_file_refusal_says_which_versions_the_node_reads(sandbox):
     text = '[plugins.cri.containerd]\n  snapshotter = "overlayfs"\n'
-    with pytest.raises(planner.PlanError) as raised:
+    with pytest.raises(K3sGpuError) as raised:
         run(sandbox, text, "2.1.4")
     message = str(raised.value)
     assert "[config_version_1]" in message and "reads config versions 1, 2, 3" in message
@@ -211,9 +212,9 @@ def test_result_check_refuses_a_runtime_containerd_would_not_read():
     plan = {"state": "present", "write": [{"name": "nvidia", "binary": "/usr/bin/nvidia-container-runtime"}]}
     text = ('version = 3\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
             '  BinaryName = "/usr/bin/nvidia-container-runtime"\n')
-    with pytest.raises(toml.TomlEditError, match=r"runtime nvidia is not where version 3 reads runtimes.*\[runtime_not_loaded\]"):
+    with pytest.raises(K3sGpuError, match=r"runtime nvidia is not where version 3 reads runtimes.*\[runtime_not_loaded\]"):
         toml.check_plain_result(text, plan, CONFIG, 3)
-    with pytest.raises(toml.TomlEditError, match=r"its version is None, not 2"):
+    with pytest.raises(K3sGpuError, match=r"its version is None, not 2"):
         toml.check_plain_result(text.replace("version = 3\n", "").replace("io.containerd.grpc.v1.cri", "x"), plan, CONFIG, 2)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 
 def identity(value):
@@ -37,9 +38,9 @@ def test_operator_driver_is_auto_or_a_boolean(text, expected):
 
 
 def test_a_bad_value_names_the_variable():
-    with pytest.raises(role_vars.RoleVarsError, match="gpu_node_mode"):
+    with pytest.raises(K3sGpuError, match="gpu_node_mode"):
         role_vars.read({"gpu_node_mode": "hybrid"}, identity)
-    with pytest.raises(role_vars.RoleVarsError, match="gpu_node_force"):
+    with pytest.raises(K3sGpuError, match="gpu_node_force"):
         role_vars.read({"gpu_node_force": "maybe"}, identity)
 
 

@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as rc
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 try:
     import kubernetes_validate
@@ -149,7 +150,7 @@ def test_gpu_operator_node_implies_every_class_the_operator_manages():
     nodes[0]["operator_runtimeclasses"] = []
     assert names(rc.plan_runtimeclasses(cluster("rke2", "v1.29.12+rke2r1"), nodes)["manifests"]) == [
         "nvidia", "nvidia-cdi", "nvidia-experimental"]
-    with pytest.raises(rc.RuntimeClassPlanError, match=r"nodes\[0\] \(gpu1\).gpu_operator must be true or false"):
+    with pytest.raises(K3sGpuError, match=r"nodes\[0\] \(gpu1\).gpu_operator must be true or false"):
         rc.plan_runtimeclasses(cluster(), [{"host": "gpu1", "handlers": [], "gpu_operator": "yes"}])
 
 
@@ -166,7 +167,7 @@ def test_select_by_handler_label():
 
 
 def test_select_by_handler_label_must_be_a_bool():
-    with pytest.raises(rc.RuntimeClassPlanError, match="select_by_handler_label is 'yes'; use true or false"):
+    with pytest.raises(K3sGpuError, match="select_by_handler_label is 'yes'; use true or false"):
         rc.plan_runtimeclasses(cluster(), FLEET, select_by_handler_label="yes")
 
 
@@ -334,7 +335,7 @@ BAD_INPUT = [
 @pytest.mark.parametrize("cluster_arg,nodes,kwargs,message", [case[1:] for case in BAD_INPUT],
                          ids=[case[0] for case in BAD_INPUT])
 def test_bad_input(cluster_arg, nodes, kwargs, message):
-    with pytest.raises(rc.RuntimeClassPlanError, match=message) as error:
+    with pytest.raises(K3sGpuError, match=message) as error:
         rc.plan_runtimeclasses(cluster_arg, nodes, **kwargs)
     assert isinstance(error.value, ValueError)
 
@@ -410,7 +411,7 @@ def test_render_nothing():
     ([{"handler": "nvidia\n# x", "metadata": {"name": "nvidia"}}], r"^manifests\[0\].handler: 'nvidia\\n# x' is not"),
 ])
 def test_render_bad_input(manifests, message):
-    with pytest.raises(rc.RuntimeClassPlanError, match=message):
+    with pytest.raises(K3sGpuError, match=message):
         rc.render_manifest_yaml(manifests)
 
 
@@ -511,7 +512,7 @@ def test_schema_does_not_check_quantity_syntax_so_the_engine_does(validator):
     """The OpenAPI Quantity is any string: a bad quantity passes the schema and only our check stops it."""
     manifest = broken(lambda m: m["overhead"]["podFixed"].update(cpu="lots"))
     assert validator.validate(manifest, bundled_minors()[-1], strict=True)
-    with pytest.raises(rc.RuntimeClassPlanError, match="'lots' is not a Kubernetes quantity"):
+    with pytest.raises(K3sGpuError, match="'lots' is not a Kubernetes quantity"):
         rc.plan_runtimeclasses(cluster(), GOOD_NODES, overhead={"cpu": "lots"})
 
 
@@ -525,7 +526,7 @@ def test_schema_fallback_names_the_missing_minor():
 
 def test_a_newer_release_follows_the_policy_of_the_servers_reading():
     newer = {"distribution": "k3s", "release": "v1.38.0+k3s1"}
-    with pytest.raises(rc.RuntimeClassPlanError, match="newer_release=assume_newest_known"):
+    with pytest.raises(K3sGpuError, match="newer_release=assume_newest_known"):
         rc.plan_runtimeclasses(newer, FLEET)
     assumed = dict(newer, read_options={"newer_release": "assume_newest_known"})
     assert rc.plan_runtimeclasses(assumed, FLEET)["shipped"] == rc.plan_runtimeclasses(

@@ -20,6 +20,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gotemplate as gotemplate
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as check
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 V3 = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
 RUNC = "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n"
@@ -111,14 +112,14 @@ def test_upgrade_findings_never_refuse_the_current_run(sandbox):
 def test_a_drop_in_release_checks_the_template_it_does_not_edit(sandbox):
     node = facts(sandbox, template='{{ template "base" . }}\n' + RUNC, layout="legacy_only")
     before = sandbox.snapshot()
-    with pytest.raises(toml.TomlEditError, match=r"line 2: .*runtimes.runc\] is already emitted .*\[duplicate_table\]"):
+    with pytest.raises(K3sGpuError, match=r"line 2: .*runtimes.runc\] is already emitted .*\[duplicate_table\]"):
         changes.compute(node, {})
     assert sandbox.snapshot() == before
 
 
 def test_a_drop_in_release_with_a_broken_template_writes_no_drop_in(sandbox):
     node = facts(sandbox, template='{{ template "base" . }}\n[plugins\n', layout="legacy_only")
-    with pytest.raises(toml.TomlEditError, match=r"not valid TOML.*\[toml_invalid\].*Nothing was written"):
+    with pytest.raises(K3sGpuError, match=r"not valid TOML.*\[toml_invalid\].*Nothing was written"):
         changes.compute(node, {})
 
 
@@ -126,7 +127,7 @@ def test_the_module_refuses_before_the_install_what_the_install_breaks(sandbox):
     own_nvidia = '{{ template "base" . }}\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]\n' \
                  '  runtime_type = "io.containerd.runc.v2"\n'
     node = facts(sandbox, template=own_nvidia)  # no toolkit yet: k3s detects nothing
-    with pytest.raises(toml.TomlEditError, match=r"\[after_install_duplicate\]. Fix: k3s renders runtime nvidia itself"):
+    with pytest.raises(K3sGpuError, match=r"\[after_install_duplicate\]. Fix: k3s renders runtime nvidia itself"):
         changes.compute(node, {})
 
 
@@ -145,14 +146,14 @@ def test_a_users_own_keys_in_a_table_k3s_now_renders_are_not_dropped(sandbox):
     text = '{{ template "base" . }}\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]\n' \
            '  runtime_type = "io.containerd.runc.v2"\n  privileged_without_host_devices = true\n'
     node = facts(sandbox, "v1.31.6+k3s1", text, layout="package")
-    with pytest.raises(toml.TomlEditError, match="line 2: .*runtimes.nvidia.* is already emitted"):
+    with pytest.raises(K3sGpuError, match="line 2: .*runtimes.nvidia.* is already emitted"):
         changes.compute(node, {})
 
 
 def test_normalize_encoding_is_an_explicit_opt_in(sandbox):
     text = '\ufeff{{ template "base" . }}\r\n# site\r\n'
     node = facts(sandbox, "v1.31.6+k3s1", text, layout="legacy_only")
-    with pytest.raises(toml.TomlEditError, match=r"byte order mark.*\[encoding_bom\].*CR line endings.*\[encoding_crlf\]"):
+    with pytest.raises(K3sGpuError, match=r"byte order mark.*\[encoding_bom\].*CR line endings.*\[encoding_crlf\]"):
         changes.compute(node, {})
     plan, file_changes = changes.compute(node, {"normalize_encoding": True})
     after = file_changes[0]["after"]
@@ -171,7 +172,7 @@ def test_every_code_is_in_the_outcome_table_with_its_outcome():
 def test_the_role_refuses_before_installing_the_toolkit(sandbox):
     from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
     from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
-    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._gpu_operator import GpuOperatorPlanError
+    from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
     settings = {"force": True, "root": "/", "mode": "host", "operator_toolkit": True, "operator_driver": "auto",
                 "toolkit_install": True, "driver_install": False, "driver_reboot": "if_needed", "default_runtime": "",
                 "remove_operator_leftovers": False, "local_connection": False}
@@ -179,7 +180,7 @@ def test_the_role_refuses_before_installing_the_toolkit(sandbox):
                  '  runtime_type = "io.containerd.runc.v2"\n'
     node = facts(sandbox, template=own_nvidia)
     node["files"]["template_v3"]["content"] = own_nvidia  # as runtime_info returns it with include_content
-    with pytest.raises(GpuOperatorPlanError, match=r"gpu1: the NVIDIA toolkit is not installed, because .*line 2: .*"
+    with pytest.raises(K3sGpuError, match=r"gpu1: the NVIDIA toolkit is not installed, because .*line 2: .*"
                                                    r"\[after_install_duplicate\]"):
         host_step.plan_host(NodeFacts.from_reading(node), settings, "gpu1")
     fine = NodeFacts.from_reading(facts(sandbox, template='{{ template "base" . }}\n'))

@@ -17,6 +17,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as check
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.tests.corpus import corpus
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 CASES = corpus.load_cases()
 BINARIES = dict(distro.NVIDIA_RUNTIMES)
@@ -62,7 +63,7 @@ def test_corpus_refusals_leave_the_node_as_it_was(sandbox, case):
     before = sandbox.snapshot()
     params = {"target_release": case["target_release"]}
     if case["expect"]["outcome"] == "refuse":
-        with pytest.raises((toml.TomlEditError, planner.PlanError)) as info:
+        with pytest.raises((K3sGpuError, K3sGpuError)) as info:
             changes.compute(facts, params)
         message = str(info.value)
         assert "othing was written" in message, message

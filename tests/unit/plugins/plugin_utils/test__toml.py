@@ -18,6 +18,7 @@ import yaml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 LEGACY = "/usr/bin/nvidia-container-runtime.legacy"
 TEMPLATE_V3 = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
@@ -153,7 +154,7 @@ def test_user_table_that_base_emits_is_refused(sandbox):
     facts_for(sandbox)
     bad = '{{ template "base" . }}\n\n[plugins.\'io.containerd.cri.v1.runtime\'.containerd.runtimes.runc]\n  cgroup_writable = true\n'
     sandbox.write(TEMPLATE_V3, bad)
-    with pytest.raises(toml.TomlEditError, match=r"line 3: .*already emitted by the base template of k3s v1.31.6\+k3s1"):
+    with pytest.raises(K3sGpuError, match=r"line 3: .*already emitted by the base template of k3s v1.31.6\+k3s1"):
         compute(detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1"))
 
 
@@ -222,7 +223,7 @@ def test_bad_template_text(sandbox, name, text, message):
     facts_for(sandbox)
     sandbox.write(TEMPLATE_V3, text)
     before = sandbox.snapshot()
-    with pytest.raises(toml.TomlEditError, match=message) as info:
+    with pytest.raises(K3sGpuError, match=message) as info:
         compute(detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1"))
     assert TEMPLATE_V3 in str(info.value)
     assert sandbox.snapshot() == before
@@ -232,7 +233,7 @@ def test_template_action_inside_managed_table_is_refused(sandbox):
     facts_for(sandbox)
     sandbox.write(TEMPLATE_V3, '{{ template "base" . }}\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia-legacy]\n'
                   '  runtime_type = "io.containerd.runc.v2"\n{{ if .X }}\n  privileged_without_host_devices = true\n{{ end }}\n')
-    with pytest.raises(toml.TomlEditError, match="line 4: a Go template action sits inside the table"):
+    with pytest.raises(K3sGpuError, match="line 4: a Go template action sits inside the table"):
         compute(detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1"))
 
 
@@ -254,7 +255,7 @@ def test_parse_key(text, expected):
 def test_overlapping_edits_are_refused_not_dropped():
     edit = toml.Edit(["[a]", "x = 1", "[b]"])
     edit.replace(0, 2, [])
-    with pytest.raises(toml.TomlEditError, match="overlapping edits"):
+    with pytest.raises(K3sGpuError, match="overlapping edits"):
         edit.replace(1, 2, ["x = 2"])
 
 
