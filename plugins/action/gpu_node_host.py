@@ -81,6 +81,7 @@ class ActionModule(ActionBase):
                                       None if phase == "plan" else UPGRADE_CHECK_VARS if phase == "upgrade_check"
                                       else DOCTOR_VARS if phase == "doctor"
                                       else RESTART_VARS if phase == "restart" else READ_VARS + PLAN_VARS + CONFIGURE_VARS + DEVICE_PLUGIN_VARS)
+            result["settings"] = host_step.task_settings(settings, task_vars, self._templar.template)  # the role's tasks read these
         except role_vars.RoleVarsError as exc:
             return host_step.failed(result, "%s: %s. Nothing was changed." % (task_vars.get("inventory_hostname"), exc))
         warnings = result.setdefault("warnings", [])

@@ -10,6 +10,9 @@ gpu_node_force=false` and `gpu_node_toolkit_install=false` under an INI `[group:
 "false", which Jinja finds truthy. The role's decisions read the converted values from here instead, and
 a misspelled `gpu_node_*` variable draws a warning naming the closest known one.
 
+meta/argument_specs.yml is the only place the role's defaults are declared (defaults/main.yml declares none of
+them): a variable the user did not set gets its default here, when the spec is applied.
+
 PRIVATE to the collection."""
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import BOOLEANS, boolean
 
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+
 SPEC_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))),
                          "roles", "gpu_node", "meta", "argument_specs.yml")
 PREFIX = "gpu_node_"
@@ -29,6 +34,9 @@ PREFIX = "gpu_node_"
 ROLE_FACTS = ("gpu_node_result", "gpu_node_reboot_required")
 _SPEC_KEYS = ("type", "elements", "default", "choices", "options", "required", "aliases", "no_log")
 _SPECS = {}
+# The release other inventories ask for (k3s-ansible, rke2-ansible, lablabs.rke2), read when gpu_node_release or
+# gpu_node_target_release is empty (reference facts-2026-12: inventories)
+INVENTORY_RELEASES = (("k3s_version", distro.K3S), ("rke2_install_version", distro.RKE2), ("rke2_version", distro.RKE2))
 
 
 class RoleVarsError(ValueError):
@@ -59,6 +67,15 @@ def _load():
 _load()
 
 
+def inventory_release(task_vars, template):
+    """(variable, release, distribution) of the first of INVENTORY_RELEASES the inventory sets, else None."""
+    for name, distribution in INVENTORY_RELEASES:
+        value = template(task_vars[name]) if name in task_vars else None
+        if isinstance(value, str) and value.strip():
+            return name, value.strip(), distribution
+    return None
+
+
 def role_spec(entry_point="main"):
     """{variable: argument spec} of an entry point of the role (read once per controller process)."""
     return _load()[entry_point]
@@ -68,7 +85,8 @@ def read(task_vars, template, names=None, entry_point="main"):
     """The role variables `names` (default every variable of the entry point, which the role then need not have
     Ansible validate in a task of its own), templated (`template(value)`) and converted by the entry point's spec.
 
-    Returns {name without the gpu_node_ prefix: value}. Raises RoleVarsError."""
+    A variable the user did not set gets the spec's default; gpu_node_target_release, when empty, the release the
+    inventory asks for (INVENTORY_RELEASES). Returns {name without the gpu_node_ prefix: value}. Raises RoleVarsError."""
     spec = role_spec(entry_point)
     names = list(spec) if names is None else names
     wanted = dict((name, spec[name]) for name in names)
@@ -81,7 +99,11 @@ def read(task_vars, template, names=None, entry_point="main"):
     validated = ArgumentSpecValidator(wanted).validate(values)
     if validated.error_messages:
         raise RoleVarsError("; ".join(validated.error_messages))
-    return dict((name[len(PREFIX):], value) for name, value in validated.validated_parameters.items())
+    settings = dict((name[len(PREFIX):], value) for name, value in validated.validated_parameters.items())
+    if "target_release" in settings and not settings["target_release"]:
+        found = inventory_release(task_vars, template)
+        settings["target_release"] = found[1] if found else ""
+    return settings
 
 
 def unknown_variables(task_vars):

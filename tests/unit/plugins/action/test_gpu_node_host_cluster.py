@@ -70,6 +70,26 @@ def test_a_node_is_configured_once_then_left_as_it_is(sandbox):
     assert second["changed"] is False and sandbox.snapshot() == snapshot
 
 
+def test_the_result_holds_the_settings_the_role_tasks_read(sandbox):
+    # the role's task files read gpu_node__settings (gpu_node_result.settings): the user's values, else the spec's defaults
+    sandbox.k3s("k3s", "package")
+    expected = {"root": sandbox.root, "cdi_spec_path": "/etc/cdi/nvidia.yaml", "proxy_env": {}, "driver_reboot_timeout_seconds": 900}
+    first = host_step(sandbox, gpu_node_cdi_spec_path="/etc/cdi/nvidia.yaml")
+    assert not first.get("failed"), first.get("msg")
+    assert first["settings"] == expected
+    # the configure phase reads fewer of the role's variables: the settings are the same
+    again = host_step(sandbox, {"phase": "configure", "node_facts": first["_info"], "plan": first["_plan"]},
+                      gpu_node_cdi_spec_path="/etc/cdi/nvidia.yaml")
+    assert again["settings"] == expected
+
+
+def test_an_empty_target_release_is_the_inventorys(sandbox):
+    sandbox.k3s("k3s", "package")
+    result = host_step(sandbox, {"phase": "upgrade_check"}, check_mode=True, k3s_version="v1.33.10+k3s1")
+    assert not result.get("failed"), result.get("msg")
+    assert result["report"]["release"] == "%s -> v1.33.10+k3s1" % RELEASE
+
+
 def test_check_mode_writes_nothing_and_says_what_it_would_write(sandbox):
     sandbox.k3s("k3s", "package")
     before = sandbox.snapshot()

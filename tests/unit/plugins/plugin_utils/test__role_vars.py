@@ -54,3 +54,15 @@ def test_unknown_variables_get_the_closest_name():
     assert warnings == [
         "gpu_node_forse is not a variable of the k3s_gpu.nvidia.gpu_node role and is ignored; did you mean gpu_node_force?",
         "gpu_node_zzz is not a variable of the k3s_gpu.nvidia.gpu_node role and is ignored"]
+
+
+@pytest.mark.parametrize("inventory,expected", [
+    ({"k3s_version": "v1.33.10+k3s1"}, "v1.33.10+k3s1"),
+    ({"rke2_install_version": " v1.34.2+rke2r1 ", "rke2_version": "v1.32.1+rke2r1"}, "v1.34.2+rke2r1"),
+    ({"k3s_version": "", "rke2_version": "v1.32.1+rke2r1"}, "v1.32.1+rke2r1"),
+    ({}, ""),
+    ({"k3s_version": "v1.33.10+k3s1", "gpu_node_target_release": "v1.35.3+k3s1"}, "v1.35.3+k3s1"),
+])
+def test_an_empty_target_release_is_the_one_the_inventory_asks_for(inventory, expected):
+    settings = role_vars.read(inventory, identity, ["gpu_node_target_release"])
+    assert settings == {"target_release": expected}
