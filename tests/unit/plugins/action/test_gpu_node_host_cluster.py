@@ -22,6 +22,8 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_cluster, gpu_node_host
 from ansible_collections.k3s_gpu.nvidia.plugins.modules import node_files, runtime_info
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_step as cluster_step
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
 
 RELEASE = "v1.31.6+k3s1"
 NODE_MODULES = {"k3s_gpu.nvidia.runtime_info": runtime_info, "k3s_gpu.nvidia.node_files": node_files}
@@ -174,3 +176,23 @@ def test_the_cluster_step_without_a_server_says_so():
     action = make(gpu_cluster, {"phase": "plan", "hosts": ["gpu1"], "pattern_hosts": ["gpu1"], "servers": []})
     result = action.run(task_vars={"hostvars": {"gpu1": {}}})
     assert result["failed"] and "Nothing was changed." in result["msg"] and "k3s_gpu_servers" in result["msg"], result
+
+
+def test_a_handler_the_role_wrote_as_a_dropin_before_the_first_start_gets_its_runtimeclass(sandbox):
+    # a drop-in release, k3s never started: no config.toml whose imports the reading follows
+    sandbox.k3s("k3s", "package")
+    configured = host_step(sandbox, gpu_node_release="v1.33.10+k3s1")
+    assert not configured.get("failed"), configured.get("msg")
+    assert configured["written"] == ["nvidia-legacy"] and any("config-v3.toml.d/" in f["node_path"] for f in configured["files"])
+    # the runtimeclasses playbook: its read phase on the node, then the cluster step's plan
+    reading = make(gpu_cluster, {"phase": "read"}).run(task_vars={
+        "inventory_hostname": "gpu1", "hostvars": {}, "gpu_node_root": sandbox.root, "gpu_node_release": "v1.33.10+k3s1"})
+    assert reading["loaded_config"]["exists"] is False
+    nodes, complete = cluster_step.node_reports(["gpu1"], {"gpu1": {cluster_step.READING_VAR: reading}}.get,
+                                                lambda host: {"mode": "host", "driver_install": False})
+    assert complete and nodes[0]["handlers"] == ["nvidia", "nvidia-cdi", "nvidia-legacy"]
+    cluster = {"name": "default", "writer": "gpu1", "hosts": ["gpu1"], "complete": True}
+    operator = role_vars.read({}, lambda value: value, cluster_step.OPERATOR_VARS)
+    decided = cluster_step.decide(cluster, reading, nodes, cluster_step.read_settings({}), operator,
+                                  (cluster_step.RUNTIMECLASSES,), sandbox.root)
+    assert "nvidia-legacy" in decided["runtimeclasses"]["written"]
