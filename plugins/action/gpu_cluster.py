@@ -156,7 +156,7 @@ class ActionModule(ActionBase):
         release = server_vars["release"]
         distribution = server_vars["distribution"]
         if not release:
-            found = host_step.inventory_release(writer_vars, self._templar.template)
+            found = role_vars.inventory_release(writer_vars, self._templar.template)
             if found and distribution in ("auto", found[2]):
                 release, distribution = found[1], found[2]
 

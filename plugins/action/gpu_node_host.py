@@ -85,6 +85,7 @@ class ActionModule(ActionBase):
                                       None if phase == "plan" else UPGRADE_CHECK_VARS if phase == "upgrade_check"
                                       else DOCTOR_VARS if phase == "doctor"
                                       else RESTART_VARS if phase == "restart" else READ_VARS + PLAN_VARS + CONFIGURE_VARS + DEVICE_PLUGIN_VARS)
+            result["settings"] = host_step.task_settings(settings, task_vars, self._templar.template)  # the role's tasks read these
         except K3sGpuError as exc:
             return host_step.failed(result, "%s: %s. Nothing was changed." % (task_vars.get("inventory_hostname"), exc))
         warnings = result.setdefault("warnings", [])
@@ -118,7 +119,7 @@ class ActionModule(ActionBase):
     def _plan(self, result, settings, task_vars, execute_module):
         host = self._host
         if not settings["release"]:
-            found = host_step.inventory_release(task_vars, self._templar.template)
+            found = role_vars.inventory_release(task_vars, self._templar.template)
             if found and settings["distribution"] in ("auto", found[2]):
                 settings = dict(settings, release=found[1], distribution=found[2])
                 result["release_from"] = found[0]
@@ -228,7 +229,7 @@ class ActionModule(ActionBase):
             return host_step.failed(result, "%s: phase doctor only reads: run it with check_mode: true (the "
                                             "k3s_gpu.nvidia.doctor playbook does)" % host)
         if not settings["release"]:
-            found = host_step.inventory_release(task_vars, self._templar.template)
+            found = role_vars.inventory_release(task_vars, self._templar.template)
             if found and settings["distribution"] in ("auto", found[2]):
                 settings = dict(settings, release=found[1], distribution=found[2])
         reading = _read_node(execute_module, settings, settings["distribution"], settings["release"] or None)
@@ -305,7 +306,7 @@ class ActionModule(ActionBase):
         """The BinaryNames of what containerd loads that exist and are executable on the node (those detection found,
         and the others looked at one by one)."""
         found = set(r["binary"] for r in facts.runtimes + facts.release_runtimes)
-        for binary, _path in doctor.loaded_runtimes(facts.reading).values():
+        for binary, _path in configure.loaded_runtimes(facts.reading).values():
             if binary and binary not in found and binary.startswith("/"):
                 looked = execute_module("ansible.builtin.stat", {"path": settings["root"].rstrip("/") + binary})
                 stat = looked.get("stat") or {}

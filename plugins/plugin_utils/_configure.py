@@ -38,6 +38,43 @@ def read_node(execute_module, params, binaries=()):
         binaries=[b for b in binaries if b.startswith("/")], include_content=True))
 
 
+def config_text(info, key):
+    """The text of one of the files a reading (read_node) has under `files` (key: generated_config, dropin_v3, ...),
+    or None where it is not a file or was read without its text."""
+    entry = (info.get("files") or {}).get(key) or {}
+    return entry.get("content") if entry.get("state") == "file" else None
+
+
+def loaded_runtimes(info):
+    """{handler: (BinaryName or None, file)} of the NVIDIA tables in what containerd loads, from a reading with the
+    file texts: the config.toml k3s/rke2 wrote and the drop-ins (ours and the others). The drop-ins count also before
+    k3s/rke2 has started once (no config.toml yet): containerd imports them at its first start."""
+    schema = (info.get("profile") or {}).get("schema") or 2
+    paths = info.get("paths") or {}
+    texts = [(paths.get("config"), config_text(info, "generated_config"))]
+    for key in ("dropin_v3", "dropin_v2", "dropin"):
+        if key in paths:
+            texts.append((paths[key], config_text(info, key)))
+    texts += [(d.get("path"), d.get("content")) for d in info.get("other_dropins") or []]
+    found = {}
+    for path, text in texts:
+        if not text:
+            continue
+        try:
+            data = toml.loads(text)
+        except ValueError:
+            continue
+        for file_schema in (schema, 3, 2):
+            section = toml.containerd_section(data, file_schema)
+            if section and isinstance(section.get("runtimes"), dict):
+                for name, table in section["runtimes"].items():
+                    if name.startswith("nvidia") and isinstance(table, dict):
+                        binary = (table.get("options") or {}).get("BinaryName") if isinstance(table.get("options"), dict) else None
+                        found[name] = (binary, path)
+                break
+    return found
+
+
 def run(result, params, execute_module, want_diff, own_files=False, extra_changes=()):
     """Fill the task result of containerd_runtimes for params (validated by its argument spec).
 

@@ -17,6 +17,7 @@ import time
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, clause
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
@@ -198,42 +199,10 @@ def _check_cdi_refresh(info, node):
         "; %s not enabled (gpu_node_cdi_refresh: false)" % distro.CDI_REFRESH_UNIT
 
 
-def _config_text(info, key):
-    entry = (info.get("files") or {}).get(key) or {}
-    return entry.get("content") if entry.get("state") == "file" else None
-
-
-def loaded_runtimes(info):
-    """{handler: (BinaryName or None, file)} of the NVIDIA tables in what containerd loads: the config.toml k3s/rke2
-    wrote and the drop-ins (ours and the others)."""
-    schema = (info.get("profile") or {}).get("schema") or 2
-    texts = [(info["paths"]["config"], _config_text(info, "generated_config"))]
-    for key in ("dropin_v3", "dropin_v2", "dropin"):
-        if key in (info.get("paths") or {}):
-            texts.append((info["paths"][key], _config_text(info, key)))
-    texts += [(d.get("path"), d.get("content")) for d in info.get("other_dropins") or []]
-    found = {}
-    for path, text in texts:
-        if not text:
-            continue
-        try:
-            data = toml.loads(text)
-        except ValueError:
-            continue
-        for file_schema in (schema, 3, 2):
-            section = toml.containerd_section(data, file_schema)
-            if section and isinstance(section.get("runtimes"), dict):
-                for name, table in section["runtimes"].items():
-                    if name.startswith("nvidia") and isinstance(table, dict):
-                        binary = (table.get("options") or {}).get("BinaryName") if isinstance(table.get("options"), dict) else None
-                        found[name] = (binary, path)
-                break
-    return found
-
 
 def _cdi_switch(info):
     """enable_cdi in the config.toml k3s/rke2 wrote (None: not set there)."""
-    text = _config_text(info, "generated_config")
+    text = configure.config_text(info, "generated_config")
     if not text:
         return None
     try:
@@ -255,8 +224,8 @@ def check_containerd_config(info, node):
         cause, _sep, fix = node["refusal"].partition(". Fix: ")  # the engine's refusals carry their own fix
         raise Broken(cause, fix or "fix what it names, then run k3s_gpu.nvidia.site")
     handlers = node.get("handlers") or []
-    loaded = loaded_runtimes(info)
-    if not _config_text(info, "generated_config"):
+    loaded = configure.loaded_runtimes(info)
+    if not configure.config_text(info, "generated_config"):
         raise Broken("%s does not exist: k3s/rke2 has not started on this node since it was installed, or starts "
                      "without containerd" % info["paths"]["config"],
                      "start it (systemctl start %s) and look at its log" % (node.get("unit") or "k3s"))

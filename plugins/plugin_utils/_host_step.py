@@ -13,12 +13,13 @@ import posixpath
 import re
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, clause
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes_engine
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, clause
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
 
 # the module options the role's variables feed (runtime_info, containerd_runtimes): an error that names an option
 # names the variable the role's user sets instead
@@ -26,23 +27,23 @@ ROLE_NAMES = dict((option, "gpu_node_" + option) for option in (
     "root", "distribution", "release", "newer_release", "data_dir", "toolkit_dirs", "runtimes", "default_runtime",
     "enable_cdi", "handler_labels", "backup", "target_release"))
 
-# The release other inventories ask for (k3s-ansible, rke2-ansible, lablabs.rke2), read when gpu_node_release is
-# empty: the role then plans for it, also before k3s/rke2 is installed (reference facts-2026-12: inventories)
-INVENTORY_RELEASES = (("k3s_version", distro.K3S), ("rke2_install_version", distro.RKE2), ("rke2_version", distro.RKE2))
-
-
 def role_message(outcome):
     """A module's failed result as the role's user reads it: its error in the role's variable names."""
     return K3sGpuError.from_result(outcome).text(ROLE_NAMES)
 
 
-def inventory_release(task_vars, template):
-    """(variable, release, distribution) of the first of INVENTORY_RELEASES the inventory sets, else None."""
-    for name, distribution in INVENTORY_RELEASES:
-        value = template(task_vars[name]) if name in task_vars else None
-        if isinstance(value, str) and value.strip():
-            return name, value.strip(), distribution
-    return None
+# the role variables the role's task files read, resolved by the host step: gpu_node_result.settings (the role's
+# gpu_node__settings), keyed without the gpu_node_ prefix; the tasks never read a gpu_node_* variable themselves, so
+# that a variable the user did not set has its default from meta/argument_specs.yml alone
+TASK_SETTINGS = ("root", "cdi_spec_path", "proxy_env", "driver_reboot_timeout_seconds")
+
+
+def task_settings(settings, task_vars, template):
+    """gpu_node_result.settings: TASK_SETTINGS from the step's settings (those its phase did not read are read here,
+    converted by the role's argument spec; raises K3sGpuError)."""
+    missing = [role_vars.PREFIX + name for name in TASK_SETTINGS if name not in settings]
+    found = dict(settings, **role_vars.read(task_vars, template, missing)) if missing else settings
+    return dict((name, found[name]) for name in TASK_SETTINGS)
 
 
 def cdi_due(facts, plan, settings):

@@ -22,6 +22,8 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_cluster, gpu_node_host
 from ansible_collections.k3s_gpu.nvidia.plugins.modules import node_files, runtime_info
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_step as cluster_step
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
 
 RELEASE = "v1.31.6+k3s1"
 NODE_MODULES = {"k3s_gpu.nvidia.runtime_info": runtime_info, "k3s_gpu.nvidia.node_files": node_files}
@@ -68,6 +70,26 @@ def test_a_node_is_configured_once_then_left_as_it_is(sandbox):
     snapshot = sandbox.snapshot()
     second = host_step(sandbox)
     assert second["changed"] is False and sandbox.snapshot() == snapshot
+
+
+def test_the_result_holds_the_settings_the_role_tasks_read(sandbox):
+    # the role's task files read gpu_node__settings (gpu_node_result.settings): the user's values, else the spec's defaults
+    sandbox.k3s("k3s", "package")
+    expected = {"root": sandbox.root, "cdi_spec_path": "/etc/cdi/nvidia.yaml", "proxy_env": {}, "driver_reboot_timeout_seconds": 900}
+    first = host_step(sandbox, gpu_node_cdi_spec_path="/etc/cdi/nvidia.yaml")
+    assert not first.get("failed"), first.get("msg")
+    assert first["settings"] == expected
+    # the configure phase reads fewer of the role's variables: the settings are the same
+    again = host_step(sandbox, {"phase": "configure", "node": first["node"]},
+                      gpu_node_cdi_spec_path="/etc/cdi/nvidia.yaml")
+    assert again["settings"] == expected
+
+
+def test_an_empty_target_release_is_the_inventorys(sandbox):
+    sandbox.k3s("k3s", "package")
+    result = host_step(sandbox, {"phase": "upgrade_check"}, check_mode=True, k3s_version="v1.33.10+k3s1")
+    assert not result.get("failed"), result.get("msg")
+    assert result["report"]["release"] == "%s -> v1.33.10+k3s1" % RELEASE
 
 
 def test_check_mode_writes_nothing_and_says_what_it_would_write(sandbox):
@@ -154,3 +176,23 @@ def test_the_cluster_step_without_a_server_says_so():
     action = make(gpu_cluster, {"phase": "plan", "hosts": ["gpu1"], "pattern_hosts": ["gpu1"], "servers": []})
     result = action.run(task_vars={"hostvars": {"gpu1": {}}})
     assert result["failed"] and "Nothing was changed." in result["msg"] and "k3s_gpu_servers" in result["msg"], result
+
+
+def test_a_handler_the_role_wrote_as_a_dropin_before_the_first_start_gets_its_runtimeclass(sandbox):
+    # a drop-in release, k3s never started: no config.toml whose imports the reading follows
+    sandbox.k3s("k3s", "package")
+    configured = host_step(sandbox, gpu_node_release="v1.33.10+k3s1")
+    assert not configured.get("failed"), configured.get("msg")
+    assert configured["written"] == ["nvidia-legacy"] and any("config-v3.toml.d/" in f["node_path"] for f in configured["files"])
+    # the runtimeclasses playbook: its read phase on the node, then the cluster step's plan
+    reading = make(gpu_cluster, {"phase": "read"}).run(task_vars={
+        "inventory_hostname": "gpu1", "hostvars": {}, "gpu_node_root": sandbox.root, "gpu_node_release": "v1.33.10+k3s1"})
+    assert reading["loaded_config"]["exists"] is False
+    nodes, complete = cluster_step.node_reports(["gpu1"], {"gpu1": {cluster_step.READING_VAR: reading}}.get,
+                                                lambda host: {"mode": "host", "driver_install": False})
+    assert complete and nodes[0]["handlers"] == ["nvidia", "nvidia-cdi", "nvidia-legacy"]
+    cluster = {"name": "default", "writer": "gpu1", "hosts": ["gpu1"], "complete": True}
+    operator = role_vars.read({}, lambda value: value, cluster_step.OPERATOR_VARS)
+    decided = cluster_step.decide(cluster, reading, nodes, cluster_step.read_settings({}), operator,
+                                  (cluster_step.RUNTIMECLASSES,), sandbox.root)
+    assert "nvidia-legacy" in decided["runtimeclasses"]["written"]

@@ -102,6 +102,46 @@ def test_node_reports_from_the_role_and_from_a_reading():
                       "driver_install": False, "cdi_enabled": False, "cdi_spec": False, "config": ""}]
 
 
+# the drop-in the collection writes for a handler the release does not render (containerd 2, config version 3)
+DROPIN = """version = 3
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes."nvidia-cdi"]
+runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes."nvidia-cdi".options]
+BinaryName = "/usr/bin/nvidia-container-runtime.cdi"
+"""
+
+
+def dropin_reading(config=None, dropin=DROPIN):
+    """runtime_info's reading of a k3s node where the collection wrote its drop-in; config: k3s's config.toml (None: k3s
+    has not started since it was installed)."""
+    paths = distro.distribution_paths("k3s")
+    files = {"generated_config": {"state": "file", "content": config} if config is not None else {"state": "absent"},
+             "dropin_v3": {"state": "file", "content": dropin} if dropin else {"state": "absent"},
+             "dropin_v2": {"state": "absent"}}
+    loaded = ["nvidia", "nvidia-cdi", "runc"] if config is not None and dropin else ["nvidia", "runc"] if config else []
+    return {"release_runtimes": [{"name": "nvidia"}, {"name": "nvidia-experimental"}], "paths": paths, "files": files,
+            "profile": {"schema": 3}, "loaded_config": {"exists": config is not None, "runtimes": loaded},
+            "other_dropins": [], "gpu_operator": {"present": False}}
+
+
+def test_a_dropin_written_before_the_first_start_counts():
+    nodes, complete = reports({"gpu1": {step.READING_VAR: dropin_reading()}})
+    assert complete and nodes[0]["handlers"] == ["nvidia", "nvidia-cdi", "nvidia-experimental"]
+    result = decide(nodes, objects=(step.RUNTIMECLASSES,))
+    assert result["runtimeclasses"]["written"] == ["nvidia-cdi"]
+    assert [f["path"] for f in result["files"]] == ["/srv/node%s/%s" % (MANIFESTS, step.RUNTIMECLASS_MANIFEST)]
+
+
+@pytest.mark.parametrize("config,dropin,handlers", [
+    ("version = 3\n", DROPIN, ["nvidia", "nvidia-cdi", "nvidia-experimental"]),  # after the start: through the imports
+    (None, None, ["nvidia", "nvidia-experimental"]),  # nothing written: the release's handlers
+    (None, "not = [toml", ["nvidia", "nvidia-experimental"]),  # a drop-in containerd could not load counts nothing
+])
+def test_the_handlers_of_a_reading_otherwise_unchanged(config, dropin, handlers):
+    nodes, _complete = reports({"gpu1": {step.READING_VAR: dropin_reading(config, dropin)}})
+    assert nodes[0]["handlers"] == handlers
+
+
 @pytest.mark.parametrize("seen", [
     {"gpu_node_result": {"failed": True, "msg": "x"}},
     {step.READING_VAR: {"failed": True, "msg": "x"}},

@@ -50,8 +50,81 @@ def test_only_the_names_asked_for_are_read():
 
 
 def test_unknown_variables_get_the_closest_name():
-    warnings = role_vars.unknown_variables({"gpu_node_forse": True, "gpu_node_result": {}, "gpu_node__info": {},
+    warnings = role_vars.unknown_variables({"gpu_node_forse": True, "gpu_node_result": {}, "gpu_node__facts": {},
                                             "gpu_node_mode": "host", "gpu_node_zzz": 1})
     assert warnings == [
         "gpu_node_forse is not a variable of the k3s_gpu.nvidia.gpu_node role and is ignored; did you mean gpu_node_force?",
         "gpu_node_zzz is not a variable of the k3s_gpu.nvidia.gpu_node role and is ignored"]
+
+
+@pytest.mark.parametrize("inventory,expected", [
+    ({"k3s_version": "v1.33.10+k3s1"}, "v1.33.10+k3s1"),
+    ({"rke2_install_version": " v1.34.2+rke2r1 ", "rke2_version": "v1.32.1+rke2r1"}, "v1.34.2+rke2r1"),
+    ({"k3s_version": "", "rke2_version": "v1.32.1+rke2r1"}, "v1.32.1+rke2r1"),
+    ({}, ""),
+    ({"k3s_version": "v1.33.10+k3s1", "gpu_node_target_release": "v1.35.3+k3s1"}, "v1.35.3+k3s1"),
+])
+def test_an_empty_target_release_is_the_one_the_inventory_asks_for(inventory, expected):
+    settings = role_vars.read(inventory, identity, ["gpu_node_target_release"])
+    assert settings == {"target_release": expected}
+
+
+@pytest.mark.parametrize("value,message", [
+    (False, 'gpu_node_default_runtime: false is a boolean, not a text; set a runtime name such as nvidia, or "" for none'),
+    (True, 'gpu_node_default_runtime: true is a boolean, not a text; set a runtime name such as nvidia, or "" for none'),
+    (1, 'gpu_node_default_runtime: 1 is a number, not a text; set a runtime name such as nvidia, or "" for none'),
+    (["nvidia"], 'gpu_node_default_runtime: ["nvidia"] is a list, not a text; set a runtime name such as nvidia, or "" '
+                 'for none'),
+    ({"name": "nvidia"}, 'gpu_node_default_runtime: {"name": "nvidia"} is a dictionary, not a text; set a runtime name '
+                         'such as nvidia, or "" for none'),
+])
+def test_a_text_variable_refuses_what_is_not_a_text(value, message):
+    with pytest.raises(K3sGpuError) as caught:
+        role_vars.read({"gpu_node_default_runtime": value}, identity)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize("name,value,fix", [
+    ("gpu_node_driver_branch", 580, 'gpu_node_driver_branch: 580 is a number, not a text; write it in quotes '
+                                    '(gpu_node_driver_branch: "580")'),
+    ("gpu_node_toolkit_version", 1.2, "gpu_node_toolkit_version: 1.2 is a number, not a text; write it in quotes as you "
+                                      "mean it (YAML reads an unquoted 1.20 as the number 1.2)"),
+    ("gpu_node_mode", False, "gpu_node_mode: false is a boolean, not a text; set one of host, operator"),
+    ("gpu_node_cdi_spec_path", ["/etc/cdi/nvidia.yaml"], 'gpu_node_cdi_spec_path: ["/etc/cdi/nvidia.yaml"] is a list, '
+                                                         'not a text; set a text such as "/var/run/cdi/nvidia.yaml" '
+                                                         '(the default)'),
+    ("gpu_node_root", {"path": "/srv"}, 'gpu_node_root: {"path": "/srv"} is a dictionary, not a text; set a text such as '
+                                        '"/" (the default)'),
+    ("gpu_node_data_dir", 0.5, "gpu_node_data_dir: 0.5 is a number, not a text; write it in quotes as you mean it (YAML "
+                               "reads an unquoted 1.20 as the number 1.2)"),
+    ("gpu_node_release", False, 'gpu_node_release: false is a boolean, not a text; set a release such as v1.35.3+k3s1, '
+                                'or "" to read it from the node'),
+])
+def test_the_refusal_names_the_role_variable_and_the_fix(name, value, fix):
+    with pytest.raises(K3sGpuError) as caught:
+        role_vars.read({name: value}, identity, [name])
+    assert str(caught.value) == fix
+
+
+def test_every_text_variable_refused_is_named_once():
+    with pytest.raises(K3sGpuError) as caught:
+        role_vars.read({"gpu_node_default_runtime": False, "gpu_node_driver_branch": 580, "gpu_node_force": False}, identity)
+    assert str(caught.value).count("gpu_node_default_runtime: false") == 1
+    assert "gpu_node_driver_branch: 580" in str(caught.value) and "gpu_node_force" not in str(caught.value)
+
+
+def test_texts_and_templated_texts_are_taken():
+    templated = {"{{ runtime }}": "nvidia-cdi", "{{ branch }}": "575", "{{ empty }}": ""}
+    settings = role_vars.read({"gpu_node_default_runtime": "{{ runtime }}", "gpu_node_driver_branch": "{{ branch }}",
+                               "gpu_node_release": "{{ empty }}", "gpu_node_root": "/srv/node", "gpu_node_mode": "operator",
+                               "gpu_node_device_plugin_runtime_class": "nvidia"},
+                              lambda value: templated.get(value, value))
+    assert (settings["default_runtime"], settings["driver_branch"], settings["release"], settings["root"]) == (
+        "nvidia-cdi", "575", "", "/srv/node")
+    assert settings["mode"] == "operator" and settings["device_plugin_runtime_class"] == "nvidia"
+
+
+def test_a_text_that_reads_as_a_boolean_stays_a_text():
+    # -e gpu_node_default_runtime=false arrives as text: a name (the plan refuses a runtime the node lacks)
+    assert role_vars.read({"gpu_node_default_runtime": "false"}, identity, ["gpu_node_default_runtime"]) == {
+        "default_runtime": "false"}
