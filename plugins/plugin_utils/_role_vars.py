@@ -88,8 +88,8 @@ def _kind(value):
     """What a value that is not a text is, in words (None for a text, or for None: the spec takes that)."""
     if isinstance(value, bool):
         return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
+    if isinstance(value, float):
+        return "a number"  # an integer reads as its digits (gpu_node_driver_branch=580 in an INI inventory); 1.20 does not
     if isinstance(value, (list, tuple)):
         return "a list"
     if isinstance(value, dict):
@@ -113,8 +113,6 @@ def _not_a_text(name, option, value):
         fix = "set one of %s" % ", ".join(str(c) for c in option["choices"])
     elif name in TEXT_HINTS:
         fix = TEXT_HINTS[name]
-    elif kind == "a number" and not isinstance(value, float):
-        fix = 'write it in quotes (%s: "%s")' % (name, value)
     elif kind == "a number":
         fix = "write it in quotes as you mean it (YAML reads an unquoted 1.20 as the number 1.2)"
     elif option.get("default"):

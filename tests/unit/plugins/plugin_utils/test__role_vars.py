@@ -72,7 +72,7 @@ def test_an_empty_target_release_is_the_one_the_inventory_asks_for(inventory, ex
 @pytest.mark.parametrize("value,message", [
     (False, 'gpu_node_default_runtime: false is a boolean, not a text; set a runtime name such as nvidia, or "" for none'),
     (True, 'gpu_node_default_runtime: true is a boolean, not a text; set a runtime name such as nvidia, or "" for none'),
-    (1, 'gpu_node_default_runtime: 1 is a number, not a text; set a runtime name such as nvidia, or "" for none'),
+    (1.5, 'gpu_node_default_runtime: 1.5 is a number, not a text; set a runtime name such as nvidia, or "" for none'),
     (["nvidia"], 'gpu_node_default_runtime: ["nvidia"] is a list, not a text; set a runtime name such as nvidia, or "" '
                  'for none'),
     ({"name": "nvidia"}, 'gpu_node_default_runtime: {"name": "nvidia"} is a dictionary, not a text; set a runtime name '
@@ -85,8 +85,6 @@ def test_a_text_variable_refuses_what_is_not_a_text(value, message):
 
 
 @pytest.mark.parametrize("name,value,fix", [
-    ("gpu_node_driver_branch", 580, 'gpu_node_driver_branch: 580 is a number, not a text; write it in quotes '
-                                    '(gpu_node_driver_branch: "580")'),
     ("gpu_node_toolkit_version", 1.2, "gpu_node_toolkit_version: 1.2 is a number, not a text; write it in quotes as you "
                                       "mean it (YAML reads an unquoted 1.20 as the number 1.2)"),
     ("gpu_node_mode", False, "gpu_node_mode: false is a boolean, not a text; set one of host, operator"),
@@ -108,9 +106,14 @@ def test_the_refusal_names_the_role_variable_and_the_fix(name, value, fix):
 
 def test_every_text_variable_refused_is_named_once():
     with pytest.raises(K3sGpuError) as caught:
-        role_vars.read({"gpu_node_default_runtime": False, "gpu_node_driver_branch": 580, "gpu_node_force": False}, identity)
+        role_vars.read({"gpu_node_default_runtime": False, "gpu_node_toolkit_version": 1.2, "gpu_node_force": False}, identity)
     assert str(caught.value).count("gpu_node_default_runtime: false") == 1
-    assert "gpu_node_driver_branch: 580" in str(caught.value) and "gpu_node_force" not in str(caught.value)
+    assert "gpu_node_toolkit_version: 1.2" in str(caught.value) and "gpu_node_force" not in str(caught.value)
+
+
+def test_an_integer_reads_as_its_digits():
+    # an INI inventory's gpu_node_driver_branch=580 is the integer 580: no digit is lost, so it is taken as "580"
+    assert role_vars.read({"gpu_node_driver_branch": 580}, identity, ["gpu_node_driver_branch"]) == {"driver_branch": "580"}
 
 
 def test_texts_and_templated_texts_are_taken():
