@@ -249,43 +249,6 @@ def runtime_table(schema, name):
     return containerd_table(schema) + ("runtimes", name)
 
 
-# Tables the k3s base template emits, per schema (k3s pkg/agent/templates), as key paths.
-# Conditional ones that are on in every normal setup (snapshotter, CNI dirs) count as always.
-BASE_TABLES_ALWAYS = {
-    2: (
-        ("plugins", "io.containerd.internal.v1.opt"),
-        ("plugins", "io.containerd.grpc.v1.cri"),
-        ("plugins", "io.containerd.grpc.v1.cri", "containerd"),
-        ("plugins", "io.containerd.grpc.v1.cri", "cni"),
-        ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc"),
-        ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc", "options"),
-        ("plugins", "io.containerd.grpc.v1.cri", "registry"),
-    ),
-    3: (
-        ("grpc",),
-        ("plugins", "io.containerd.internal.v1.opt"),
-        ("plugins", "io.containerd.grpc.v1.cri"),
-        ("plugins", "io.containerd.cri.v1.runtime"),
-        ("plugins", "io.containerd.cri.v1.images"),
-        ("plugins", "io.containerd.cri.v1.images", "pinned_images"),
-        ("plugins", "io.containerd.cri.v1.runtime", "cni"),
-        ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "runc"),
-        ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "runc", "options"),
-        ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "runhcs-wcow-process"),
-        ("plugins", "io.containerd.cri.v1.images", "registry"),
-    ),
-}
-# Added to the v2 base by the template unified with v3 (same releases as containerd 2.0).
-BASE_TABLES_UNIFIED_V2 = (
-    ("grpc",),
-    ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runhcs-wcow-process"),
-)
-# Emitted by the v3 base only when --default-runtime / default-runtime is set.
-BASE_TABLES_WITH_DEFAULT_RUNTIME = {
-    2: (),
-    3: (("plugins", "io.containerd.cri.v1.runtime", "containerd"),),
-}
-
 # Options of the runc v2 shim (containerd runc.v2 Options); a key outside is almost surely a typo
 # that containerd would keep silently while the pod runs on plain runc.
 RUNC_OPTION_KEYS = (
@@ -627,16 +590,6 @@ def profile(distribution, release_text, newer_release=NEWER_RELEASE_REFUSE):
         "known_bad": known_bad,
         "unified_template": containerd2,
     }
-
-
-def base_tables(profile, schema, default_runtime_set):
-    """Tables the base template of this release emits for a schema, as key-path tuples."""
-    tables = list(BASE_TABLES_ALWAYS[schema])
-    if schema == 2 and profile.get("unified_template"):
-        tables.extend(BASE_TABLES_UNIFIED_V2)
-    if default_runtime_set:
-        tables.extend(BASE_TABLES_WITH_DEFAULT_RUNTIME[schema])
-    return tables
 
 
 def schema_of_template(name):

@@ -19,6 +19,7 @@ import posixpath
 import re
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
 
 MODE_DROPIN = "dropin"
 MODE_TEMPLATE = "template"
@@ -272,7 +273,7 @@ def reserved_tables(facts, target, default_runtime_via_flag):
     text = _file_text(facts, target["template"]) if target.get("template") else None
     tables = []
     if text is None or includes_base(text):
-        tables.extend(distro.base_tables(facts["profile"], schema, default_runtime_via_flag))
+        tables.extend(k3s_base.emitted_table_paths(facts["profile"], schema, default_runtime_via_flag))
     for name in sorted(release_renders(facts, target)):
         tables.append(distro.runtime_table(schema, name))
         tables.append(distro.runtime_table(schema, name) + ("options",))
