@@ -21,6 +21,7 @@ import re
 import stat
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import unquote as _unquote
 
 MAX_CONFIG_BYTES = 1024 * 1024  # a containerd template is a few KiB; refuse anything huge
 _SYMLINK_LIMIT = 40
@@ -445,14 +446,6 @@ def yaml_top_level_scalar(text, key):
                 raw = raw.split(" #", 1)[0].strip()
             value = raw
     return value
-
-
-def _unquote(item):
-    """A value without its surrounding quotes (env files, unit arguments, simple YAML)."""
-    item = item.strip()
-    if item[:1] in ("'", '"') and item[-1:] == item[:1] and len(item) > 1:
-        return item[1:-1]
-    return item
 
 
 def yaml_top_level_list(text, key):

@@ -21,6 +21,8 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import line_key as _line_key
+
 K3S = "k3s"
 RKE2 = "rke2"
 CONTAINERD = "containerd"
@@ -425,10 +427,6 @@ def has_feature(release, feature):
 def _check_policy(newer_release):
     if newer_release not in NEWER_RELEASE_POLICIES:
         raise ReleaseError("newer_release must be one of %s, not %r" % (", ".join(NEWER_RELEASE_POLICIES), newer_release))
-
-
-def _line_key(line):
-    return tuple(int(x) for x in line.split("."))
 
 
 def parse_release(distribution, text, newer_release=NEWER_RELEASE_REFUSE):

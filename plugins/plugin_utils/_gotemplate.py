@@ -149,7 +149,7 @@ def lex(text):
                     j += 2 if text[j] == "\\" else 1
                 if j >= size:
                     raise TemplateError("parse_error", line, "unterminated quoted string")
-                action.tokens.append(Token("string", _unquote(text[i:j + 1], line), line))
+                action.tokens.append(Token("string", _decode_go_string(text[i:j + 1], line), line))
                 i = j + 1
             elif char == "`":
                 j = text.find("`", i + 1)
@@ -164,7 +164,7 @@ def lex(text):
                     j += 2 if text[j] == "\\" else 1
                 if j >= size:
                     raise TemplateError("parse_error", line, "unterminated character constant")
-                value = _unquote('"' + text[i + 1:j].replace('"', '\\"') + '"', line)
+                value = _decode_go_string('"' + text[i + 1:j].replace('"', '\\"') + '"', line)
                 action.tokens.append(Token("number", ord(value[0]) if value else 0, line))
                 i = j + 1
             elif text.startswith(":=", i):
@@ -220,7 +220,8 @@ def lex(text):
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
 
 
-def _unquote(quoted, line):
+def _decode_go_string(quoted, line):
+    """The value of a Go string literal (quoted with its quotes; Go escapes decoded), as text/template reads it."""
     out = []
     i = 1
     body_end = len(quoted) - 1

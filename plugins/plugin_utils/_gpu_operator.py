@@ -31,6 +31,7 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import line_key as _line_key, type_name as _type_name
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _helmchart as helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
@@ -64,10 +65,6 @@ _CHART_ARCHIVE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.tgz\Z")
 
 class GpuOperatorPlanError(ValueError):
     """Settings or a node state that operator mode cannot apply safely; the message says the fix."""
-
-
-def _type_name(value):
-    return type(value).__name__
 
 
 # --- one node ------------------------------------------------------------------------------------
@@ -190,10 +187,6 @@ def chart_line(version):
             "chart_version %s: this collection knows the GPU Operator lines %s (what each creates and deletes, its "
             "values); use one of those, for example %s" % (version, known, release_rules.GPU_OPERATOR_CHART["default_version"]))
     return line
-
-
-def _line_key(line):
-    return tuple(int(part) for part in line.split("."))
 
 
 def operator_runtimeclasses(mode):

@@ -26,12 +26,13 @@ else:
     TOMLKIT_IMPORT_ERROR = None
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml_read as toml_read
 
 MANAGED_HEADER = "# Managed by Ansible: k3s_gpu.nvidia.containerd_runtimes rewrites the runtime tables in this file."
 MANAGED_YAML_HEADER = "# Managed by Ansible: k3s_gpu.nvidia.containerd_runtimes rewrites this file."
-BASE_LINE = '{{ template "base" . }}'
+BASE_LINE = k3s_base.BASE_LINE
 
 
 class TomlEditError(ValueError):
