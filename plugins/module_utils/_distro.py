@@ -502,51 +502,48 @@ def _release_containerd_line(release):
     return "1.7"
 
 
-def profile(distribution, release_text, newer_release=NEWER_RELEASE_REFUSE):
-    """Everything a release implies, as one plain dict (the view the rest of the engine uses).
+def _containerd_profile(release_text, newer_release):
+    """profile() of a plain containerd node: the containerd release decides."""
+    line = parse_containerd_version(release_text, newer_release)
+    real = "%d.%d" % tuple(int(x) for x in _CONTAINERD_RE.match(release_text.strip()).groups()[:2])
+    major = int(line.split(".")[0])
+    assumed = line if real != line else None
+    return {
+        "distribution": CONTAINERD,
+        "release": release_text,
+        "line": real,
+        "assumed_line": assumed,
+        "assumed_warning": newer_release_warning("containerd", release_text, real, assumed) if assumed else None,
+        "containerd": line,
+        "schema": 3 if major >= 2 else 2,
+        "config_version_max": _containerd_feature("config_version_max", line),
+        "templates": [],
+        "base_template": False,
+        "dropin_imports": False,
+        "dropin_deep_merge": _containerd_feature("dropin_deep_merge", line),
+        "cdi_supported": _containerd_feature("cdi", line),
+        "cdi_default_on": _containerd_feature("cdi_default_on", line),
+        "default_runtime": False,
+        "detection": None,
+        "detected_runtimes": [],
+        "runtimeclasses": [],
+        "extra_runtime_systemd_cgroup": True,
+        "known_bad": None,
+    }
 
-    A release of a line newer than the table is refused, or with newer_release=assume_newest_known
-    read as the newest known line: then `assumed_line` names that line and `assumed_warning` says
-    what is assumed and the risk (the modules warn with it). `schema` is the config version of a file
-    the collection creates; `config_version_max` the highest version the node's containerd reads.
-    """
-    if distribution == CONTAINERD:
-        line = parse_containerd_version(release_text, newer_release)
-        real = "%d.%d" % tuple(int(x) for x in _CONTAINERD_RE.match(release_text.strip()).groups()[:2])
-        major = int(line.split(".")[0])
-        assumed = line if real != line else None
-        return {
-            "distribution": CONTAINERD,
-            "release": release_text,
-            "line": real,
-            "assumed_line": assumed,
-            "assumed_warning": newer_release_warning("containerd", release_text, real, assumed) if assumed else None,
-            "containerd": line,
-            "schema": 3 if major >= 2 else 2,
-            "config_version_max": _containerd_feature("config_version_max", line),
-            "templates": [],
-            "base_template": False,
-            "dropin_imports": False,
-            "dropin_deep_merge": _containerd_feature("dropin_deep_merge", line),
-            "cdi_supported": _containerd_feature("cdi", line),
-            "cdi_default_on": _containerd_feature("cdi_default_on", line),
-            "default_runtime": False,
-            "detection": None,
-            "detected_runtimes": [],
-            "runtimeclasses": [],
-            "extra_runtime_systemd_cgroup": True,
-            "known_bad": None,
-        }
-    release = parse_release(distribution, release_text, newer_release)
-    assumed = release.table_line if release.table_line != release.line else None
-    containerd_line = _release_containerd_line(release)
-    containerd2 = containerd_line != "1.7"
+
+def _detection_era(release):
+    """How the release looks up runtime binaries: stat per directory, LookPath over a fixed PATH, or that
+    PATH plus the service's own."""
     if has_feature(release, "service_path"):
-        detection = "lookpath+service-path"
-    elif has_feature(release, "lookpath"):
-        detection = "lookpath-fixed"
-    else:
-        detection = "stat"
+        return "lookpath+service-path"
+    if has_feature(release, "lookpath"):
+        return "lookpath-fixed"
+    return "stat"
+
+
+def _detected_runtimes(release, detection):
+    """The runtimes the release looks for (K3S_RUNTIMES rows as this release has them)."""
     detected = []
     for name, binary, runtime_type, feature, group in K3S_RUNTIMES:
         if feature and not has_feature(release, feature):
@@ -558,6 +555,25 @@ def profile(distribution, release_text, newer_release=NEWER_RELEASE_REFUSE):
         if group == "crun" and detection == "stat" and has_feature(release, "crun_local_dirs"):
             group = "crun_local"
         detected.append({"name": name, "binary": binary, "runtime_type": runtime_type, "group": group})
+    return detected
+
+
+def profile(distribution, release_text, newer_release=NEWER_RELEASE_REFUSE):
+    """Everything a release implies, as one plain dict (the view the rest of the engine uses).
+
+    A release of a line newer than the table is refused, or with newer_release=assume_newest_known
+    read as the newest known line: then `assumed_line` names that line and `assumed_warning` says
+    what is assumed and the risk (the modules warn with it). `schema` is the config version of a file
+    the collection creates; `config_version_max` the highest version the node's containerd reads.
+    """
+    if distribution == CONTAINERD:
+        return _containerd_profile(release_text, newer_release)
+    release = parse_release(distribution, release_text, newer_release)
+    assumed = release.table_line if release.table_line != release.line else None
+    containerd_line = _release_containerd_line(release)
+    containerd2 = containerd_line != "1.7"
+    detection = _detection_era(release)
+    detected = _detected_runtimes(release, detection)
     known_bad = None
     for bad_distribution, bad_release, why in KNOWN_BAD_RELEASES:
         if bad_distribution == distribution and release.text == bad_release:

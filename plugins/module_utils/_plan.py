@@ -411,26 +411,7 @@ def make_plan(facts, runtimes=None, state="present", default_runtime=None, enabl
         plan["remove"] = names
         plan["reserved_tables"] = []
         return plan
-    for runtime in wanted:
-        rendered = renders.get(runtime["name"])
-        if rendered is None:
-            plan["write"].append(runtime)
-            continue
-        same = (rendered["binary"] == runtime["binary"] and rendered["runtime_type"] == runtime["runtime_type"]
-                and not runtime["options"] and runtime["systemd_cgroup"] is None)
-        if same:
-            plan["skip"].append({"name": runtime["name"], "reason": "%s detects %s and renders this runtime itself" % (
-                label, rendered["binary"])})
-        elif target["mode"] == MODE_DROPIN:
-            plan["write"].append(runtime)
-            plan["notes"].append("runtime %s: the drop-in overrides the block %s renders for %s" % (
-                runtime["name"], label, rendered["binary"]))
-        else:
-            raise PlanError(
-                "runtime %s: %s renders this runtime itself with %s, and %s cannot declare its table a "
-                "second time (containerd would refuse the config and k3s would restart in a loop). Use "
-                "another runtime name, or remove that binary so k3s does not detect it" % (
-                    runtime["name"], label, rendered["binary"], target["path"]))
+    _plan_runtimes(plan, wanted, renders, target, label)
     if k3s_like:
         # k3s gives its own runtimes SystemdCgroup = .SystemdCgroup; a default runtime of the user's (a template
         # or drop-in that names one) comes first (_toml.runtime_items), then this
@@ -454,6 +435,30 @@ def make_plan(facts, runtimes=None, state="present", default_runtime=None, enabl
         how is None and bool(current.get("value")) and state == "present")
     plan["reserved_tables"] = reserved_tables(facts, target, via_flag)
     return plan
+
+
+def _plan_runtimes(plan, wanted, renders, target, label):
+    """Each wanted runtime: written, or skipped where the release renders the same block itself."""
+    for runtime in wanted:
+        rendered = renders.get(runtime["name"])
+        if rendered is None:
+            plan["write"].append(runtime)
+            continue
+        same = (rendered["binary"] == runtime["binary"] and rendered["runtime_type"] == runtime["runtime_type"]
+                and not runtime["options"] and runtime["systemd_cgroup"] is None)
+        if same:
+            plan["skip"].append({"name": runtime["name"], "reason": "%s detects %s and renders this runtime itself" % (
+                label, rendered["binary"])})
+        elif target["mode"] == MODE_DROPIN:
+            plan["write"].append(runtime)
+            plan["notes"].append("runtime %s: the drop-in overrides the block %s renders for %s" % (
+                runtime["name"], label, rendered["binary"]))
+        else:
+            raise PlanError(
+                "runtime %s: %s renders this runtime itself with %s, and %s cannot declare its table a "
+                "second time (containerd would refuse the config and k3s would restart in a loop). Use "
+                "another runtime name, or remove that binary so k3s does not detect it" % (
+                    runtime["name"], label, rendered["binary"], target["path"]))
 
 
 def _plan_default_runtime(facts, plan, name, renders, label):

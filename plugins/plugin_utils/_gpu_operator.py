@@ -69,6 +69,12 @@ class GpuOperatorPlanError(ValueError):
 
 # --- one node ------------------------------------------------------------------------------------
 
+def _check_flags(flags):
+    for name, value in flags:
+        if not isinstance(value, bool):
+            raise GpuOperatorPlanError("%s must be true or false, got %r" % (name, value))
+
+
 def plan_node(info, mode, operator_toolkit=True, operator_driver=False, toolkit_install=True, driver_install=False,
               default_runtime="", live=True, remove_operator_leftovers=False, host=""):
     """What the gpu_node role does on one node, from its runtime_info result.
@@ -89,11 +95,9 @@ def plan_node(info, mode, operator_toolkit=True, operator_driver=False, toolkit_
     if mode not in MODES:
         raise GpuOperatorPlanError("gpu_node_mode is %r; use host (the role installs the toolkit) or operator (NVIDIA's "
                                    "GPU Operator does)" % (mode,))
-    for name, value in (("operator_toolkit", operator_toolkit), ("operator_driver", operator_driver),
-                        ("toolkit_install", toolkit_install), ("driver_install", driver_install), ("live", live),
-                        ("remove_operator_leftovers", remove_operator_leftovers)):
-        if not isinstance(value, bool):
-            raise GpuOperatorPlanError("%s must be true or false, got %r" % (name, value))
+    _check_flags((("operator_toolkit", operator_toolkit), ("operator_driver", operator_driver),
+                  ("toolkit_install", toolkit_install), ("driver_install", driver_install), ("live", live),
+                  ("remove_operator_leftovers", remove_operator_leftovers)))
     operator_layout = info["gpu_operator"]
     host_toolkit = info["host_toolkit"]
     owners = dict((r["name"], r["owner"]) for r in info["runtimes"])
@@ -105,30 +109,42 @@ def plan_node(info, mode, operator_toolkit=True, operator_driver=False, toolkit_
     host_files = ", ".join(host_toolkit["runtime_binaries"])
 
     if mode == MODE_HOST:
-        if operator_layout["present"] and remove_operator_leftovers:
-            result["remove_operator_leftovers"] = True
-            result["operator_handlers"] = []
-            result["install_toolkit"] = toolkit_install
-            return result
-        if operator_layout["present"] and host_toolkit["present"]:
-            raise GpuOperatorPlanError(
-                "%s has two NVIDIA toolkits: the GPU Operator's in %s and the host's (%s). k3s/rke2 use the operator's "
-                "first and the two fight over the runtimes. Keep one: gpu_node_mode=operator hands the node to the "
-                "operator (the role removes the host toolkit packages), or uninstall the GPU Operator (its toolkit "
-                "container reverts the containerd config but leaves %s behind: then run again with "
-                "gpu_node_remove_operator_leftovers=true). Nothing was changed." % (
-                    who, operator_files, host_files, operator_layout["toolkit_dir"]))
-        if operator_layout["present"] and toolkit_install:
-            raise GpuOperatorPlanError(
-                "%s has the GPU Operator's toolkit in %s, and gpu_node_mode=host with gpu_node_toolkit_install=true "
-                "would install a second one on the host. Set gpu_node_mode=operator if the operator manages this node, "
-                "or gpu_node_toolkit_install=false to keep the operator's toolkit and only add the runtime blocks "
-                "k3s/rke2 do not render. If the operator was uninstalled, these are its leftovers: "
-                "gpu_node_remove_operator_leftovers=true removes them. Nothing was changed." % (who, operator_files))
+        return _plan_host_mode(result, operator_layout, host_toolkit, toolkit_install, remove_operator_leftovers,
+                               who, operator_files, host_files)
+    return _plan_operator_mode(info, result, operator_layout, host_toolkit, operator_toolkit, operator_driver,
+                               toolkit_install, driver_install, live, who, operator_files, host_files)
+
+
+def _plan_host_mode(result, operator_layout, host_toolkit, toolkit_install, remove_operator_leftovers,
+                    who, operator_files, host_files):
+    """plan_node in host mode: the role installs the toolkit, unless the operator's is there."""
+    if operator_layout["present"] and remove_operator_leftovers:
+        result["remove_operator_leftovers"] = True
+        result["operator_handlers"] = []
         result["install_toolkit"] = toolkit_install
         return result
+    if operator_layout["present"] and host_toolkit["present"]:
+        raise GpuOperatorPlanError(
+            "%s has two NVIDIA toolkits: the GPU Operator's in %s and the host's (%s). k3s/rke2 use the operator's "
+            "first and the two fight over the runtimes. Keep one: gpu_node_mode=operator hands the node to the "
+            "operator (the role removes the host toolkit packages), or uninstall the GPU Operator (its toolkit "
+            "container reverts the containerd config but leaves %s behind: then run again with "
+            "gpu_node_remove_operator_leftovers=true). Nothing was changed." % (
+                who, operator_files, host_files, operator_layout["toolkit_dir"]))
+    if operator_layout["present"] and toolkit_install:
+        raise GpuOperatorPlanError(
+            "%s has the GPU Operator's toolkit in %s, and gpu_node_mode=host with gpu_node_toolkit_install=true "
+            "would install a second one on the host. Set gpu_node_mode=operator if the operator manages this node, "
+            "or gpu_node_toolkit_install=false to keep the operator's toolkit and only add the runtime blocks "
+            "k3s/rke2 do not render. If the operator was uninstalled, these are its leftovers: "
+            "gpu_node_remove_operator_leftovers=true removes them. Nothing was changed." % (who, operator_files))
+    result["install_toolkit"] = toolkit_install
+    return result
 
-    # operator mode
+
+def _plan_operator_mode(info, result, operator_layout, host_toolkit, operator_toolkit, operator_driver,
+                        toolkit_install, driver_install, live, who, operator_files, host_files):
+    """plan_node in operator mode: the GPU Operator installs the toolkit (and maybe the driver)."""
     if driver_install and operator_driver:
         raise GpuOperatorPlanError(
             "%s: gpu_node_driver_install=true and the GPU Operator's driver is on (gpu_node_operator_driver=true): two "
