@@ -20,12 +20,7 @@ description:
   - V(apply) (delegated to that server) reads the server, decides the GPU Operator HelmChart and the RuntimeClasses of
     the cluster from what its GPU nodes reported in this run, and writes or removes both manifests in one module
     execution. A run that does not see every GPU node of the cluster (C(--limit), a failed node) only adds.
-author:
-  - k3s_gpu.nvidia maintainers (@k3s-gpu)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.flow
-  - k3s_gpu.nvidia.action_attributes
+extends_documentation_fragment: k3s_gpu.nvidia.action_attributes
 options:
   phase:
     description: V(plan) lists the clusters; V(read) reads this GPU node (its NVIDIA handlers) as the role would; V(apply)

@@ -17,12 +17,7 @@ description:
   - Takes each node's layers (C(k3s_gpu.nvidia.gpu_node_host) O(k3s_gpu.nvidia.gpu_node_host#module:phase=doctor)),
     checks the cluster's layers (RuntimeClass, device plugin, allocatable) for the nodes whose node layers passed, writes
     one line per node and a JSON report, and fails when a node is BROKEN.
-author:
-  - k3s_gpu.nvidia maintainers (@k3s-gpu)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.flow
-  - k3s_gpu.nvidia.action_attributes
+extends_documentation_fragment: k3s_gpu.nvidia.action_attributes
 options:
   phase:
     description:

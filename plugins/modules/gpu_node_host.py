@@ -19,12 +19,7 @@ description:
     registers the result as C(gpu_node_result).
   - Reads the role's C(gpu_node_*) variables itself, converted by the role's argument spec (so text such as C(false)
     from C(-e) or an INI inventory is a boolean), and warns about a C(gpu_node_*) variable the role does not know.
-author:
-  - k3s_gpu.nvidia maintainers (@k3s-gpu)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.flow
-  - k3s_gpu.nvidia.action_attributes
+extends_documentation_fragment: k3s_gpu.nvidia.action_attributes
 options:
   phase:
     description:

@@ -22,12 +22,7 @@ description:
     its key and (the driver) the nouveau blacklist the role wrote.
   - Reads the role's C(gpu_node_*) variables itself, converted by the role's argument spec, and the host's
     C(ansible_facts) (OS family, distribution, version, architecture, kernel). Runs Ansible's own modules on the host.
-author:
-  - k3s_gpu.nvidia maintainers (@k3s-gpu)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.flow
-  - k3s_gpu.nvidia.action_attributes
+extends_documentation_fragment: k3s_gpu.nvidia.action_attributes
 attributes:
   diff_mode:
     support: none

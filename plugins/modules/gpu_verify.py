@@ -21,12 +21,7 @@ description:
     where kubelet only retries (its sandbox, its container, its image, the scheduler), or O(timeout) has passed.
   - V(report) makes one line per node and RuntimeClass, C(OK) with the node's allocatable C(nvidia.com/gpu) and the
     C(nvidia-smi -L) lines, or C(BROKEN at <layer>) with the cause and the fix, and fails when anything did not pass.
-author:
-  - k3s_gpu.nvidia maintainers (@k3s-gpu)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.flow
-  - k3s_gpu.nvidia.action_attributes
+extends_documentation_fragment: k3s_gpu.nvidia.action_attributes
 options:
   phase:
     description: V(choose), V(wait) or V(report).
