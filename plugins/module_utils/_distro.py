@@ -261,13 +261,16 @@ RUNC_OPTION_KEYS = (
 
 # --- paths ---------------------------------------------------------------------------------------
 
+# where systemd finds a unit, the admin's directories first
+_UNIT_DIRS = ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
+
 DISTRIBUTION_PATHS = {
     K3S: {
         "data_dir": "/var/lib/rancher/k3s",
         "config_dir": "/etc/rancher/k3s",
         "binaries": ("/usr/local/bin/k3s", "/usr/bin/k3s", "/opt/bin/k3s"),
         "units": ("k3s", "k3s-agent"),
-        "unit_dirs": ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"),
+        "unit_dirs": _UNIT_DIRS,
         "env_files": ("/etc/default/{unit}", "/etc/sysconfig/{unit}", "/etc/systemd/system/{unit}.service.env"),
     },
     RKE2: {
@@ -275,7 +278,7 @@ DISTRIBUTION_PATHS = {
         "config_dir": "/etc/rancher/rke2",
         "binaries": ("/usr/local/bin/rke2", "/usr/bin/rke2", "/opt/rke2/bin/rke2"),
         "units": ("rke2-server", "rke2-agent"),
-        "unit_dirs": ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"),
+        "unit_dirs": _UNIT_DIRS,
         "env_files": ("/etc/default/{unit}", "/etc/sysconfig/{unit}", "/usr/local/lib/systemd/system/{unit}.env"),
     },
     CONTAINERD: {
@@ -283,7 +286,7 @@ DISTRIBUTION_PATHS = {
         "dropin_dir": "/etc/containerd/conf.d",
         "binaries": ("/usr/bin/containerd", "/usr/local/bin/containerd", "/usr/sbin/containerd"),
         "units": ("containerd",),
-        "unit_dirs": ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"),
+        "unit_dirs": _UNIT_DIRS,
         "env_files": (),
     },
 }

@@ -33,3 +33,23 @@ def unquote(item):
     if item[:1] in ("'", '"') and item[-1:] == item[:1] and len(item) > 1:
         return item[1:-1]
     return item
+
+
+def unquoted_find(text, char):
+    """The index of the first char outside "..." (backslash escapes) and '...' strings, as TOML quotes them; -1 if none."""
+    quote = None
+    index = 0
+    while index < len(text):
+        current = text[index]
+        if quote:
+            if current == "\\" and quote == '"':
+                index += 2
+                continue
+            if current == quote:
+                quote = None
+        elif current in "\"'":
+            quote = current
+        elif current == char:
+            return index
+        index += 1
+    return -1

@@ -28,7 +28,7 @@ import tempfile
 _ENGINE_FILES = (
     "plugin_utils/_check_cache.py", "plugin_utils/_gotemplate.py", "plugin_utils/_release_rules.py",
     "plugin_utils/_template_check.py", "plugin_utils/_toml.py", "plugin_utils/_toml_read.py",
-    "module_utils/_distro.py", "module_utils/_k3s_base.py", "module_utils/_plan.py",
+    "module_utils/_distro.py", "module_utils/_k3s_base.py", "module_utils/_plan.py", "module_utils/_values.py",
 )
 
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import unquoted_find
+
 # --- errors -------------------------------------------------------------------------------------
 
 
@@ -591,22 +593,7 @@ def _nonempty(body):
 
 
 def _hash_outside_string(before):
-    quote = None
-    i = 0
-    while i < len(before):
-        char = before[i]
-        if quote:
-            if char == "\\" and quote == '"':
-                i += 2
-                continue
-            if char == quote:
-                quote = None
-        elif char in "\"'":
-            quote = char
-        elif char == "#":
-            return True
-        i += 1
-    return False
+    return unquoted_find(before, "#") >= 0
 
 
 def parse(text, funcs=(), name="main"):

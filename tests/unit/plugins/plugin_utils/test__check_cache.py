@@ -13,7 +13,7 @@ from pathlib import Path
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _check_cache as check_cache
 
 PLUGINS = Path(__file__).resolve().parents[4] / "plugins"
-_IMPORT = re.compile(r"ansible_collections\.k3s_gpu\.nvidia\.plugins\.(module_utils|plugin_utils) import (_\w+)")
+_IMPORT = re.compile(r"ansible_collections\.k3s_gpu\.nvidia\.plugins\.(module_utils|plugin_utils)(?: import |\.)(_\w+)")
 
 
 def _closure(start):
