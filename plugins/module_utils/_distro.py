@@ -264,23 +264,19 @@ RUNC_OPTION_KEYS = (
 # where systemd finds a unit, the admin's directories first
 _UNIT_DIRS = ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
 
+
+def _rancher_paths(name, binaries, units, env_file):
+    """k3s and rke2 lay out their node alike: /var/lib/rancher/<name>, /etc/rancher/<name>, and env files
+    for the unit in /etc/default, /etc/sysconfig and one place of their own."""
+    return {"data_dir": "/var/lib/rancher/" + name, "config_dir": "/etc/rancher/" + name, "binaries": binaries,
+            "units": units, "unit_dirs": _UNIT_DIRS, "env_files": ("/etc/default/{unit}", "/etc/sysconfig/{unit}", env_file)}
+
+
 DISTRIBUTION_PATHS = {
-    K3S: {
-        "data_dir": "/var/lib/rancher/k3s",
-        "config_dir": "/etc/rancher/k3s",
-        "binaries": ("/usr/local/bin/k3s", "/usr/bin/k3s", "/opt/bin/k3s"),
-        "units": ("k3s", "k3s-agent"),
-        "unit_dirs": _UNIT_DIRS,
-        "env_files": ("/etc/default/{unit}", "/etc/sysconfig/{unit}", "/etc/systemd/system/{unit}.service.env"),
-    },
-    RKE2: {
-        "data_dir": "/var/lib/rancher/rke2",
-        "config_dir": "/etc/rancher/rke2",
-        "binaries": ("/usr/local/bin/rke2", "/usr/bin/rke2", "/opt/rke2/bin/rke2"),
-        "units": ("rke2-server", "rke2-agent"),
-        "unit_dirs": _UNIT_DIRS,
-        "env_files": ("/etc/default/{unit}", "/etc/sysconfig/{unit}", "/usr/local/lib/systemd/system/{unit}.env"),
-    },
+    K3S: _rancher_paths("k3s", ("/usr/local/bin/k3s", "/usr/bin/k3s", "/opt/bin/k3s"), ("k3s", "k3s-agent"),
+                        "/etc/systemd/system/{unit}.service.env"),
+    RKE2: _rancher_paths("rke2", ("/usr/local/bin/rke2", "/usr/bin/rke2", "/opt/rke2/bin/rke2"), ("rke2-server", "rke2-agent"),
+                         "/usr/local/lib/systemd/system/{unit}.env"),
     CONTAINERD: {
         "config": "/etc/containerd/config.toml",
         "dropin_dir": "/etc/containerd/conf.d",
