@@ -64,6 +64,7 @@ USER_FILES = [
     ("containerd", "2.1.4", CONFIG, USER_CONFIG),
 ]
 
+
 def record(node_path, text):
     return "%s  %s\n" % (hashlib.sha256(text.encode()).hexdigest(), node_path.rsplit("/", 1)[-1])
 
