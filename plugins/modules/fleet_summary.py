@@ -63,13 +63,11 @@ counts:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import FLEET_SUMMARY_SPEC
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import FLEET_SUMMARY_SPEC, refuse_outside_action
 
 
 def main():
-    module = AnsibleModule(argument_spec=FLEET_SUMMARY_SPEC, supports_check_mode=True)
-    module.fail_json(msg="k3s_gpu.nvidia.fleet_summary runs through its action plugin, inside k3s_gpu.nvidia.site")
+    refuse_outside_action("k3s_gpu.nvidia.fleet_summary runs through its action plugin, inside k3s_gpu.nvidia.site", FLEET_SUMMARY_SPEC)
 
 
 if __name__ == "__main__":

@@ -114,13 +114,11 @@ chart_archives:
   elements: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_CLUSTER_REQUIRED_IF, GPU_CLUSTER_SPEC
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_CLUSTER_REQUIRED_IF, GPU_CLUSTER_SPEC, refuse_outside_action
 
 
 def main():
-    module = AnsibleModule(argument_spec=GPU_CLUSTER_SPEC, required_if=GPU_CLUSTER_REQUIRED_IF, supports_check_mode=True)
-    module.fail_json(msg="k3s_gpu.nvidia.gpu_cluster runs through its action plugin, inside the collection's playbooks")
+    refuse_outside_action("k3s_gpu.nvidia.gpu_cluster runs through its action plugin, inside the collection's playbooks", GPU_CLUSTER_SPEC, required_if=GPU_CLUSTER_REQUIRED_IF)
 
 
 if __name__ == "__main__":

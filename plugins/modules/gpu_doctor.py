@@ -121,13 +121,11 @@ pods:
   elements: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_DOCTOR_SPEC
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_DOCTOR_SPEC, refuse_outside_action
 
 
 def main():
-    module = AnsibleModule(argument_spec=GPU_DOCTOR_SPEC, supports_check_mode=True)
-    module.fail_json(msg="k3s_gpu.nvidia.gpu_doctor runs through its action plugin, inside k3s_gpu.nvidia.doctor")
+    refuse_outside_action("k3s_gpu.nvidia.gpu_doctor runs through its action plugin, inside k3s_gpu.nvidia.doctor", GPU_DOCTOR_SPEC)
 
 
 if __name__ == "__main__":

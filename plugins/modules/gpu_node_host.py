@@ -76,13 +76,11 @@ doctor:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_NODE_HOST_REQUIRED_IF, GPU_NODE_HOST_SPEC
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_NODE_HOST_REQUIRED_IF, GPU_NODE_HOST_SPEC, refuse_outside_action
 
 
 def main():
-    module = AnsibleModule(argument_spec=GPU_NODE_HOST_SPEC, required_if=GPU_NODE_HOST_REQUIRED_IF, supports_check_mode=True)
-    module.fail_json(msg="k3s_gpu.nvidia.gpu_node_host runs through its action plugin, inside the role k3s_gpu.nvidia.gpu_node")
+    refuse_outside_action("k3s_gpu.nvidia.gpu_node_host runs through its action plugin, inside the role k3s_gpu.nvidia.gpu_node", GPU_NODE_HOST_SPEC, required_if=GPU_NODE_HOST_REQUIRED_IF)
 
 
 if __name__ == "__main__":

@@ -102,13 +102,11 @@ files_removed:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_NODE_PACKAGES_SPEC
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_NODE_PACKAGES_SPEC, refuse_outside_action
 
 
 def main():
-    module = AnsibleModule(argument_spec=GPU_NODE_PACKAGES_SPEC, supports_check_mode=True)
-    module.fail_json(msg="k3s_gpu.nvidia.gpu_node_packages runs through its action plugin, inside the role k3s_gpu.nvidia.gpu_node")
+    refuse_outside_action("k3s_gpu.nvidia.gpu_node_packages runs through its action plugin, inside the role k3s_gpu.nvidia.gpu_node", GPU_NODE_PACKAGES_SPEC)
 
 
 if __name__ == "__main__":

@@ -149,13 +149,11 @@ lines:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_VERIFY_SPEC
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_VERIFY_SPEC, refuse_outside_action
 
 
 def main():
-    module = AnsibleModule(argument_spec=GPU_VERIFY_SPEC, supports_check_mode=True)
-    module.fail_json(msg="k3s_gpu.nvidia.gpu_verify runs through its action plugin, inside k3s_gpu.nvidia.verify")
+    refuse_outside_action("k3s_gpu.nvidia.gpu_verify runs through its action plugin, inside k3s_gpu.nvidia.verify", GPU_VERIFY_SPEC)
 
 
 if __name__ == "__main__":
