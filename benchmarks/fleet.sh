@@ -11,9 +11,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=scripts/lib.sh
 source "$HERE/../scripts/lib.sh"
-ROOT=$(repo_root)
-cd "$ROOT"
-dev_env "$ROOT"
+enter_dev_env
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

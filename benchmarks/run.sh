@@ -8,9 +8,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=scripts/lib.sh
 source "$HERE/../scripts/lib.sh"
-ROOT=$(repo_root)
-cd "$ROOT"
-dev_env "$ROOT"
+enter_dev_env
 what=${1:-all}
 
 if [[ $what == all || $what == engine ]]; then

@@ -6,10 +6,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=scripts/lib.sh
 source "$HERE/lib.sh"
-ROOT=$(repo_root)
-cd "$ROOT"
-
-dev_env "$ROOT"
+enter_dev_env
 
 NODE=$ROOT/.tmp/demo-node
 demo/make-node.sh "$NODE"

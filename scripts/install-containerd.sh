@@ -51,24 +51,11 @@ declare -A PIN=([1.7]=${K3S_GPU_CONTAINERD_1_7:-} [2.x]=${K3S_GPU_CONTAINERD_2_X
 LINES=(1.7 2.x)
 
 # ---------------------------------------------------------------- private apt
-apt_private() {
-    apt-get \
-        -o Dir::Etc::SourceList="$APT_DIR/sources.list" \
-        -o Dir::Etc::SourceParts=/dev/null \
-        -o Dir::State::Lists="$APT_DIR/lists" \
-        -o Dir::Cache="$APT_DIR/cache" \
-        -o APT::Sandbox::User=root \
-        -o Debug::NoLocking=1 \
-        "$@"
-}
-madison_private() {
-    apt-cache \
-        -o Dir::Etc::SourceList="$APT_DIR/sources.list" \
-        -o Dir::Etc::SourceParts=/dev/null \
-        -o Dir::State::Lists="$APT_DIR/lists" \
-        -o Dir::Cache="$APT_DIR/cache" \
-        madison "$@"
-}
+# the options that point apt (apt-get, apt-cache) at the private lists and cache
+APT_PRIVATE=(-o "Dir::Etc::SourceList=$APT_DIR/sources.list" -o Dir::Etc::SourceParts=/dev/null
+    -o "Dir::State::Lists=$APT_DIR/lists" -o "Dir::Cache=$APT_DIR/cache")
+apt_private() { apt-get "${APT_PRIVATE[@]}" -o APT::Sandbox::User=root -o Debug::NoLocking=1 "$@"; }
+madison_private() { apt-cache "${APT_PRIVATE[@]}" madison "$@"; }
 
 # debian_mirror: the Debian archive URL this machine's apt uses (not the security archive).
 debian_mirror() {

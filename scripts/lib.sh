@@ -236,6 +236,13 @@ dev_env() {
     ln -sfn ../../../.. "$COLL_PATH/ansible_collections/k3s_gpu/nvidia"
 }
 
+# enter_dev_env: cd to the repository root (ROOT) and set up dev_env there: the start of the demo and the benchmarks.
+enter_dev_env() {
+    ROOT=$(repo_root)
+    cd "$ROOT"
+    dev_env "$ROOT"
+}
+
 # ---------------------------------------------------------------- go
 # go_path: the Go the tests build with: the machine's /usr/local/go, else `go` on PATH.
 go_path() {

@@ -8,19 +8,15 @@ plugin_utils/_configure.py (one reading of the node, the decision here, one writ
 
 from __future__ import annotations
 
-from ansible.plugins.action import ActionBase
-
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
 
 
-class ActionModule(ActionBase):
+class ActionModule(SpecAction):
 
-    TRANSFERS_FILES = False
+    ARGUMENT_SPEC = configure.SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        _validation, params = self.validate_argument_spec(argument_spec=configure.SPEC)
+    def run_validated(self, result, params, task_vars):
 
         def execute_module(name, args):
             return self._execute_module(module_name=name, module_args=args, task_vars=task_vars)

@@ -7,20 +7,16 @@
 
 from __future__ import annotations
 
-from ansible.plugins.action import ActionBase
-
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _summary as summary
 
 
-class ActionModule(ActionBase):
+class ActionModule(SpecAction):
 
-    TRANSFERS_FILES = False
+    ARGUMENT_SPEC = specs.FLEET_SUMMARY_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        args = self.validate_argument_spec(argument_spec=specs.FLEET_SUMMARY_SPEC)[1]
+    def run_validated(self, result, args, task_vars):
         hostvars = task_vars["hostvars"]
         results = []
         for host in args["hosts"]:

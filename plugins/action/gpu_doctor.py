@@ -14,21 +14,18 @@ import os
 import time
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _doctor as doctor
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
 
 
-class ActionModule(ActionBase):
+class ActionModule(SpecAction):
 
-    TRANSFERS_FILES = False
+    ARGUMENT_SPEC = specs.GPU_DOCTOR_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        args = self.validate_argument_spec(argument_spec=specs.GPU_DOCTOR_SPEC)[1]
+    def run_validated(self, result, args, task_vars):
         reports = self._reports(args)
         names = args["node_names"] or {}
         if args["phase"] == "choose":

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
@@ -24,6 +23,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _packages as
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
 
 display = Display()
 
@@ -52,14 +52,11 @@ class StepFailed(Exception):
         return ("%s %s" % (self.result.get("msg") or "", (self.result.get("stderr") or "").strip())).strip()
 
 
-class ActionModule(ActionBase):
+class ActionModule(SpecAction):
 
-    TRANSFERS_FILES = False
+    ARGUMENT_SPEC = specs.GPU_NODE_PACKAGES_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        args = self.validate_argument_spec(argument_spec=specs.GPU_NODE_PACKAGES_SPEC)[1]
+    def run_validated(self, result, args, task_vars):
         self._task_vars = task_vars
         self._host = task_vars.get("inventory_hostname", "")
         self._read_only = False

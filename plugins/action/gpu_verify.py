@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
 
 POLL_SECONDS = 2
@@ -24,14 +24,11 @@ POLL_SECONDS = 2
 STUCK_SECONDS = 10
 
 
-class ActionModule(ActionBase):
+class ActionModule(SpecAction):
 
-    TRANSFERS_FILES = False
+    ARGUMENT_SPEC = specs.GPU_VERIFY_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        args = self.validate_argument_spec(argument_spec=specs.GPU_VERIFY_SPEC)[1]
+    def run_validated(self, result, args, task_vars):
         result["changed"] = False
         phase = args["phase"]
         if phase == "choose":

@@ -21,6 +21,7 @@ import re
 import stat
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import unquote as _unquote
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 MAX_CONFIG_BYTES = 1024 * 1024  # a containerd template is a few KiB; refuse anything huge
@@ -446,14 +447,6 @@ def yaml_top_level_scalar(text, key):
                 raw = raw.split(" #", 1)[0].strip()
             value = raw
     return value
-
-
-def _unquote(item):
-    """A value without its surrounding quotes (env files, unit arguments, simple YAML)."""
-    item = item.strip()
-    if item[:1] in ("'", '"') and item[-1:] == item[:1] and len(item) > 1:
-        return item[1:-1]
-    return item
 
 
 def yaml_top_level_list(text, key):
@@ -934,40 +927,17 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
     root_is_host = fs.root == "/"
     asked_for = distribution != "auto"
     if distribution == "auto":
-        distribution, found = guess_distribution(fs, data_dir)
-        if distribution is None:
-            if found:
-                raise K3sGpuError("both %s are installed under %s" % (" and ".join(found), fs.root), "set {distribution}",
-                                  "distribution")
-            raise K3sGpuError("neither k3s, rke2 nor containerd was found under %s" % fs.root,
-                              "set {distribution} and {release}", ("distribution", "release"))
+        distribution = _found_distribution(fs, data_dir)
     release, release_source = _release_of(fs, distribution, release, run_command, root_is_host)
     profile = distro.profile(distribution, release, newer_release)
     if asked_for and distribution in (distro.K3S, distro.RKE2):
-        _guessed, found = guess_distribution(fs, data_dir)
-        if found and distribution not in found and distro.CONTAINERD not in found:
-            # asked for rke2 on a k3s node (or the reverse): writing would create the other's trees for nothing
-            raise K3sGpuError("%s was asked for, but the node under %s has %s (binary, unit or data directory) and no %s" % (
-                distribution, fs.root, " and ".join(found), distribution), "set {distribution} to %s, or auto" % found[0],
-                "distribution")
+        _check_asked_distribution(fs, distribution, data_dir)
     paths = distro.distribution_paths(distribution, data_dir)
     facts = {"distribution": distribution, "release": profile["release"], "release_source": release_source,
              "root": fs.root, "profile": profile, "paths": paths, "known_bad_release": profile["known_bad"]}
     if distribution == distro.CONTAINERD:
         units = find_units(fs, distribution)
-        service = {"unit_file": None, "env_files": [], "path": distro.SYSTEMD_DEFAULT_PATH}
-        facts["files"] = {"config": file_facts(fs, paths["config"], True),
-                          "dropin": file_facts(fs, paths["dropin"], True)}
-        facts["files"].update(original_facts(fs, paths, ("config",)))
-        facts["other_dropins"] = other_dropins(fs, [paths["dropin_dir"]], paths["dropin"])
-        facts["release_runtimes"] = []
-        facts["default_runtime"] = {"value": None, "source": None}
-        facts["disabled_components"] = []
-        facts["runtimeclasses_disabled"] = False
-        facts["runtime_in_use"] = {"runtime": distro.RUNTIME_HOST_CONTAINERD, "distribution": None, "release": None,
-                                   "endpoint": None, "source": None, "docker": False, "docker_source": None}
-        facts["kubelet"] = kubelet_facts(fs)
-        facts["containerd_binary"] = find_binary(fs, distribution)
+        service = _containerd_node_facts(fs, facts, paths)
     else:
         units = find_units(fs, distribution)
         service = service_environment(fs, distribution, units[0] if units else distro.DISTRIBUTION_PATHS[distribution]["units"][0])
@@ -989,22 +959,74 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
             return _host_containerd_facts(fs, in_use, paths["data_dir"], toolkit_dirs, binaries, path, run_command,
                                           newer_release)
         facts["runtime_in_use"] = in_use
-        facts["files"]["generated_config"] = file_facts(fs, paths["config"], False)
-        facts["release_runtimes"] = k3s_detected_runtimes(fs, profile, service["path"])
-        value, source = k3s_config_value(fs, paths, "default-runtime")
-        # a flag on ExecStart comes after the config file's flags, so it wins
-        flag = cli_flag_value(exec_line, "--default-runtime")
-        if flag is not None:
-            value, source = flag, service["unit_file"]
-        facts["default_runtime"] = {"value": value, "source": source}
-        # a server with `disable: [runtimes]` (k3s) or `[rke2-runtimeclasses]` (rke2) ships no RuntimeClasses
-        disabled = k3s_config_list(fs, paths, "disable")
-        facts["disabled_components"] = disabled
-        facts["runtimeclasses_disabled"] = distro.RUNTIMECLASS_SOURCES[distribution]["disable"] in disabled
+        _k3s_runtime_facts(fs, facts, service, exec_line)
     if path:
         facts["files"]["override"] = file_facts(fs, path, True)
     facts["units"] = units
     facts["service"] = service
+    _add_node_facts(fs, facts, toolkit_dirs, binaries, run_command, root_is_host)
+    return facts
+
+
+def _found_distribution(fs, data_dir):
+    """The one distribution installed under the root (distribution=auto)."""
+    distribution, found = guess_distribution(fs, data_dir)
+    if distribution is None:
+        if found:
+            raise K3sGpuError("both %s are installed under %s" % (" and ".join(found), fs.root), "set {distribution}",
+                              "distribution")
+        raise K3sGpuError("neither k3s, rke2 nor containerd was found under %s" % fs.root,
+                          "set {distribution} and {release}", ("distribution", "release"))
+    return distribution
+
+
+def _check_asked_distribution(fs, distribution, data_dir):
+    _guessed, found = guess_distribution(fs, data_dir)
+    if found and distribution not in found and distro.CONTAINERD not in found:
+        # asked for rke2 on a k3s node (or the reverse): writing would create the other's trees for nothing
+        raise K3sGpuError("%s was asked for, but the node under %s has %s (binary, unit or data directory) and no %s" % (
+            distribution, fs.root, " and ".join(found), distribution), "set {distribution} to %s, or auto" % found[0],
+            "distribution")
+
+
+def _containerd_node_facts(fs, facts, paths):
+    """The facts of a plain containerd node (files, drop-ins, kubelet, binary); its service."""
+    facts["files"] = {"config": file_facts(fs, paths["config"], True),
+                      "dropin": file_facts(fs, paths["dropin"], True)}
+    facts["files"].update(original_facts(fs, paths, ("config",)))
+    facts["other_dropins"] = other_dropins(fs, [paths["dropin_dir"]], paths["dropin"])
+    facts["release_runtimes"] = []
+    facts["default_runtime"] = {"value": None, "source": None}
+    facts["disabled_components"] = []
+    facts["runtimeclasses_disabled"] = False
+    facts["runtime_in_use"] = {"runtime": distro.RUNTIME_HOST_CONTAINERD, "distribution": None, "release": None,
+                               "endpoint": None, "source": None, "docker": False, "docker_source": None}
+    facts["kubelet"] = kubelet_facts(fs)
+    facts["containerd_binary"] = find_binary(fs, facts["distribution"])
+    return {"unit_file": None, "env_files": [], "path": distro.SYSTEMD_DEFAULT_PATH}
+
+
+def _k3s_runtime_facts(fs, facts, service, exec_line):
+    """What a k3s/rke2 node's own containerd runs with: its generated config, the runtimes the release
+    detects, the default runtime, the disabled components."""
+    paths, profile, distribution = facts["paths"], facts["profile"], facts["distribution"]
+    facts["files"]["generated_config"] = file_facts(fs, paths["config"], False)
+    facts["release_runtimes"] = k3s_detected_runtimes(fs, profile, service["path"])
+    value, source = k3s_config_value(fs, paths, "default-runtime")
+    # a flag on ExecStart comes after the config file's flags, so it wins
+    flag = cli_flag_value(exec_line, "--default-runtime")
+    if flag is not None:
+        value, source = flag, service["unit_file"]
+    facts["default_runtime"] = {"value": value, "source": source}
+    # a server with `disable: [runtimes]` (k3s) or `[rke2-runtimeclasses]` (rke2) ships no RuntimeClasses
+    disabled = k3s_config_list(fs, paths, "disable")
+    facts["disabled_components"] = disabled
+    facts["runtimeclasses_disabled"] = distro.RUNTIMECLASS_SOURCES[distribution]["disable"] in disabled
+
+
+def _add_node_facts(fs, facts, toolkit_dirs, binaries, run_command, root_is_host):
+    """The facts every node has whatever runs its containerd: runtimes, driver, CDI, toolkit, the loaded config."""
+    service, paths = facts["service"], facts["paths"]
     facts["runtimes"] = available_nvidia_runtimes(fs, [r for r in facts["release_runtimes"] if r["name"].startswith("nvidia")],
                                                   service["path"], list(toolkit_dirs))
     facts["binaries"] = dict((b, binary_facts(fs, b)) for b in binaries)
@@ -1019,7 +1041,6 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
     names, read = config_runtimes(fs, paths["config"])
     facts["loaded_config"] = {"path": paths["config"], "exists": names is not None, "runtimes": names or [],
                               "files": read}
-    return facts
 
 
 def _host_containerd_facts(fs, in_use, data_dir, toolkit_dirs, binaries, path, run_command, newer_release):

@@ -22,6 +22,8 @@ __metaclass__ = type
 import re
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import line_key as _line_key
+
 K3S = "k3s"
 RKE2 = "rke2"
 CONTAINERD = "containerd"
@@ -250,43 +252,6 @@ def runtime_table(schema, name):
     return containerd_table(schema) + ("runtimes", name)
 
 
-# Tables the k3s base template emits, per schema (k3s pkg/agent/templates), as key paths.
-# Conditional ones that are on in every normal setup (snapshotter, CNI dirs) count as always.
-BASE_TABLES_ALWAYS = {
-    2: (
-        ("plugins", "io.containerd.internal.v1.opt"),
-        ("plugins", "io.containerd.grpc.v1.cri"),
-        ("plugins", "io.containerd.grpc.v1.cri", "containerd"),
-        ("plugins", "io.containerd.grpc.v1.cri", "cni"),
-        ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc"),
-        ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc", "options"),
-        ("plugins", "io.containerd.grpc.v1.cri", "registry"),
-    ),
-    3: (
-        ("grpc",),
-        ("plugins", "io.containerd.internal.v1.opt"),
-        ("plugins", "io.containerd.grpc.v1.cri"),
-        ("plugins", "io.containerd.cri.v1.runtime"),
-        ("plugins", "io.containerd.cri.v1.images"),
-        ("plugins", "io.containerd.cri.v1.images", "pinned_images"),
-        ("plugins", "io.containerd.cri.v1.runtime", "cni"),
-        ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "runc"),
-        ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "runc", "options"),
-        ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "runhcs-wcow-process"),
-        ("plugins", "io.containerd.cri.v1.images", "registry"),
-    ),
-}
-# Added to the v2 base by the template unified with v3 (same releases as containerd 2.0).
-BASE_TABLES_UNIFIED_V2 = (
-    ("grpc",),
-    ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runhcs-wcow-process"),
-)
-# Emitted by the v3 base only when --default-runtime / default-runtime is set.
-BASE_TABLES_WITH_DEFAULT_RUNTIME = {
-    2: (),
-    3: (("plugins", "io.containerd.cri.v1.runtime", "containerd"),),
-}
-
 # Options of the runc v2 shim (containerd runc.v2 Options); a key outside is almost surely a typo
 # that containerd would keep silently while the pod runs on plain runc.
 RUNC_OPTION_KEYS = (
@@ -297,29 +262,28 @@ RUNC_OPTION_KEYS = (
 
 # --- paths ---------------------------------------------------------------------------------------
 
+# where systemd finds a unit, the admin's directories first
+_UNIT_DIRS = ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
+
+
+def _rancher_paths(name, binaries, units, env_file):
+    """k3s and rke2 lay out their node alike: /var/lib/rancher/<name>, /etc/rancher/<name>, and env files
+    for the unit in /etc/default, /etc/sysconfig and one place of their own."""
+    return {"data_dir": "/var/lib/rancher/" + name, "config_dir": "/etc/rancher/" + name, "binaries": binaries,
+            "units": units, "unit_dirs": _UNIT_DIRS, "env_files": ("/etc/default/{unit}", "/etc/sysconfig/{unit}", env_file)}
+
+
 DISTRIBUTION_PATHS = {
-    K3S: {
-        "data_dir": "/var/lib/rancher/k3s",
-        "config_dir": "/etc/rancher/k3s",
-        "binaries": ("/usr/local/bin/k3s", "/usr/bin/k3s", "/opt/bin/k3s"),
-        "units": ("k3s", "k3s-agent"),
-        "unit_dirs": ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"),
-        "env_files": ("/etc/default/{unit}", "/etc/sysconfig/{unit}", "/etc/systemd/system/{unit}.service.env"),
-    },
-    RKE2: {
-        "data_dir": "/var/lib/rancher/rke2",
-        "config_dir": "/etc/rancher/rke2",
-        "binaries": ("/usr/local/bin/rke2", "/usr/bin/rke2", "/opt/rke2/bin/rke2"),
-        "units": ("rke2-server", "rke2-agent"),
-        "unit_dirs": ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"),
-        "env_files": ("/etc/default/{unit}", "/etc/sysconfig/{unit}", "/usr/local/lib/systemd/system/{unit}.env"),
-    },
+    K3S: _rancher_paths("k3s", ("/usr/local/bin/k3s", "/usr/bin/k3s", "/opt/bin/k3s"), ("k3s", "k3s-agent"),
+                        "/etc/systemd/system/{unit}.service.env"),
+    RKE2: _rancher_paths("rke2", ("/usr/local/bin/rke2", "/usr/bin/rke2", "/opt/rke2/bin/rke2"), ("rke2-server", "rke2-agent"),
+                         "/usr/local/lib/systemd/system/{unit}.env"),
     CONTAINERD: {
         "config": "/etc/containerd/config.toml",
         "dropin_dir": "/etc/containerd/conf.d",
         "binaries": ("/usr/bin/containerd", "/usr/local/bin/containerd", "/usr/sbin/containerd"),
         "units": ("containerd",),
-        "unit_dirs": ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"),
+        "unit_dirs": _UNIT_DIRS,
         "env_files": (),
     },
 }
@@ -462,10 +426,6 @@ def _check_policy(newer_release):
                           variable="newer_release")
 
 
-def _line_key(line):
-    return tuple(int(x) for x in line.split("."))
-
-
 def parse_release(distribution, text, newer_release=NEWER_RELEASE_REFUSE):
     """Parse and check a k3s/rke2 release; too-old lines are refused, newer ones per newer_release."""
     _check_policy(newer_release)
@@ -538,51 +498,48 @@ def _release_containerd_line(release):
     return "1.7"
 
 
-def profile(distribution, release_text, newer_release=NEWER_RELEASE_REFUSE):
-    """Everything a release implies, as one plain dict (the view the rest of the engine uses).
+def _containerd_profile(release_text, newer_release):
+    """profile() of a plain containerd node: the containerd release decides."""
+    line = parse_containerd_version(release_text, newer_release)
+    real = "%d.%d" % tuple(int(x) for x in _CONTAINERD_RE.match(release_text.strip()).groups()[:2])
+    major = int(line.split(".")[0])
+    assumed = line if real != line else None
+    return {
+        "distribution": CONTAINERD,
+        "release": release_text,
+        "line": real,
+        "assumed_line": assumed,
+        "assumed_warning": newer_release_warning("containerd", release_text, real, assumed) if assumed else None,
+        "containerd": line,
+        "schema": 3 if major >= 2 else 2,
+        "config_version_max": _containerd_feature("config_version_max", line),
+        "templates": [],
+        "base_template": False,
+        "dropin_imports": False,
+        "dropin_deep_merge": _containerd_feature("dropin_deep_merge", line),
+        "cdi_supported": _containerd_feature("cdi", line),
+        "cdi_default_on": _containerd_feature("cdi_default_on", line),
+        "default_runtime": False,
+        "detection": None,
+        "detected_runtimes": [],
+        "runtimeclasses": [],
+        "extra_runtime_systemd_cgroup": True,
+        "known_bad": None,
+    }
 
-    A release of a line newer than the table is refused, or with newer_release=assume_newest_known
-    read as the newest known line: then `assumed_line` names that line and `assumed_warning` says
-    what is assumed and the risk (the modules warn with it). `schema` is the config version of a file
-    the collection creates; `config_version_max` the highest version the node's containerd reads.
-    """
-    if distribution == CONTAINERD:
-        line = parse_containerd_version(release_text, newer_release)
-        real = "%d.%d" % tuple(int(x) for x in _CONTAINERD_RE.match(release_text.strip()).groups()[:2])
-        major = int(line.split(".")[0])
-        assumed = line if real != line else None
-        return {
-            "distribution": CONTAINERD,
-            "release": release_text,
-            "line": real,
-            "assumed_line": assumed,
-            "assumed_warning": newer_release_warning("containerd", release_text, real, assumed) if assumed else None,
-            "containerd": line,
-            "schema": 3 if major >= 2 else 2,
-            "config_version_max": _containerd_feature("config_version_max", line),
-            "templates": [],
-            "base_template": False,
-            "dropin_imports": False,
-            "dropin_deep_merge": _containerd_feature("dropin_deep_merge", line),
-            "cdi_supported": _containerd_feature("cdi", line),
-            "cdi_default_on": _containerd_feature("cdi_default_on", line),
-            "default_runtime": False,
-            "detection": None,
-            "detected_runtimes": [],
-            "runtimeclasses": [],
-            "extra_runtime_systemd_cgroup": True,
-            "known_bad": None,
-        }
-    release = parse_release(distribution, release_text, newer_release)
-    assumed = release.table_line if release.table_line != release.line else None
-    containerd_line = _release_containerd_line(release)
-    containerd2 = containerd_line != "1.7"
+
+def _detection_era(release):
+    """How the release looks up runtime binaries: stat per directory, LookPath over a fixed PATH, or that
+    PATH plus the service's own."""
     if has_feature(release, "service_path"):
-        detection = "lookpath+service-path"
-    elif has_feature(release, "lookpath"):
-        detection = "lookpath-fixed"
-    else:
-        detection = "stat"
+        return "lookpath+service-path"
+    if has_feature(release, "lookpath"):
+        return "lookpath-fixed"
+    return "stat"
+
+
+def _detected_runtimes(release, detection):
+    """The runtimes the release looks for (K3S_RUNTIMES rows as this release has them)."""
     detected = []
     for name, binary, runtime_type, feature, group in K3S_RUNTIMES:
         if feature and not has_feature(release, feature):
@@ -594,6 +551,25 @@ def profile(distribution, release_text, newer_release=NEWER_RELEASE_REFUSE):
         if group == "crun" and detection == "stat" and has_feature(release, "crun_local_dirs"):
             group = "crun_local"
         detected.append({"name": name, "binary": binary, "runtime_type": runtime_type, "group": group})
+    return detected
+
+
+def profile(distribution, release_text, newer_release=NEWER_RELEASE_REFUSE):
+    """Everything a release implies, as one plain dict (the view the rest of the engine uses).
+
+    A release of a line newer than the table is refused, or with newer_release=assume_newest_known
+    read as the newest known line: then `assumed_line` names that line and `assumed_warning` says
+    what is assumed and the risk (the modules warn with it). `schema` is the config version of a file
+    the collection creates; `config_version_max` the highest version the node's containerd reads.
+    """
+    if distribution == CONTAINERD:
+        return _containerd_profile(release_text, newer_release)
+    release = parse_release(distribution, release_text, newer_release)
+    assumed = release.table_line if release.table_line != release.line else None
+    containerd_line = _release_containerd_line(release)
+    containerd2 = containerd_line != "1.7"
+    detection = _detection_era(release)
+    detected = _detected_runtimes(release, detection)
     known_bad = None
     for bad_distribution, bad_release, why in KNOWN_BAD_RELEASES:
         if bad_distribution == distribution and release.text == bad_release:
@@ -624,16 +600,6 @@ def profile(distribution, release_text, newer_release=NEWER_RELEASE_REFUSE):
         "known_bad": known_bad,
         "unified_template": containerd2,
     }
-
-
-def base_tables(profile, schema, default_runtime_set):
-    """Tables the base template of this release emits for a schema, as key-path tuples."""
-    tables = list(BASE_TABLES_ALWAYS[schema])
-    if schema == 2 and profile.get("unified_template"):
-        tables.extend(BASE_TABLES_UNIFIED_V2)
-    if default_runtime_set:
-        tables.extend(BASE_TABLES_WITH_DEFAULT_RUNTIME[schema])
-    return tables
 
 
 def schema_of_template(name):

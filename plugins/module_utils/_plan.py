@@ -19,6 +19,7 @@ import posixpath
 import re
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 MODE_DROPIN = "dropin"
@@ -269,7 +270,7 @@ def reserved_tables(facts, target, default_runtime_via_flag):
     text = _file_text(facts, target["template"]) if target.get("template") else None
     tables = []
     if text is None or includes_base(text):
-        tables.extend(distro.base_tables(facts["profile"], schema, default_runtime_via_flag))
+        tables.extend(k3s_base.emitted_table_paths(facts["profile"], schema, default_runtime_via_flag))
     for name in sorted(release_renders(facts, target)):
         tables.append(distro.runtime_table(schema, name))
         tables.append(distro.runtime_table(schema, name) + ("options",))
@@ -407,26 +408,7 @@ def make_plan(facts, runtimes=None, state="present", default_runtime=None, enabl
         plan["remove"] = names
         plan["reserved_tables"] = []
         return plan
-    for runtime in wanted:
-        rendered = renders.get(runtime["name"])
-        if rendered is None:
-            plan["write"].append(runtime)
-            continue
-        same = (rendered["binary"] == runtime["binary"] and rendered["runtime_type"] == runtime["runtime_type"]
-                and not runtime["options"] and runtime["systemd_cgroup"] is None)
-        if same:
-            plan["skip"].append({"name": runtime["name"], "reason": "%s detects %s and renders this runtime itself" % (
-                label, rendered["binary"])})
-        elif target["mode"] == MODE_DROPIN:
-            plan["write"].append(runtime)
-            plan["notes"].append("runtime %s: the drop-in overrides the block %s renders for %s" % (
-                runtime["name"], label, rendered["binary"]))
-        else:
-            raise K3sGpuError(
-                "runtime %s: %s renders this runtime itself with %s, and %s cannot declare its table a "
-                "second time (containerd would refuse the config and k3s would restart in a loop). Use "
-                "another runtime name, or remove that binary so k3s does not detect it" % (
-                    runtime["name"], label, rendered["binary"], target["path"]))
+    _plan_runtimes(plan, wanted, renders, target, label)
     if k3s_like:
         # k3s gives its own runtimes SystemdCgroup = .SystemdCgroup; a default runtime of the user's (a template
         # or drop-in that names one) comes first (_toml.runtime_items), then this
@@ -450,6 +432,30 @@ def make_plan(facts, runtimes=None, state="present", default_runtime=None, enabl
         how is None and bool(current.get("value")) and state == "present")
     plan["reserved_tables"] = reserved_tables(facts, target, via_flag)
     return plan
+
+
+def _plan_runtimes(plan, wanted, renders, target, label):
+    """Each wanted runtime: written, or skipped where the release renders the same block itself."""
+    for runtime in wanted:
+        rendered = renders.get(runtime["name"])
+        if rendered is None:
+            plan["write"].append(runtime)
+            continue
+        same = (rendered["binary"] == runtime["binary"] and rendered["runtime_type"] == runtime["runtime_type"]
+                and not runtime["options"] and runtime["systemd_cgroup"] is None)
+        if same:
+            plan["skip"].append({"name": runtime["name"], "reason": "%s detects %s and renders this runtime itself" % (
+                label, rendered["binary"])})
+        elif target["mode"] == MODE_DROPIN:
+            plan["write"].append(runtime)
+            plan["notes"].append("runtime %s: the drop-in overrides the block %s renders for %s" % (
+                runtime["name"], label, rendered["binary"]))
+        else:
+            raise K3sGpuError(
+                "runtime %s: %s renders this runtime itself with %s, and %s cannot declare its table a "
+                "second time (containerd would refuse the config and k3s would restart in a loop). Use "
+                "another runtime name, or remove that binary so k3s does not detect it" % (
+                    runtime["name"], label, rendered["binary"], target["path"]))
 
 
 def _plan_default_runtime(facts, plan, name, renders, label):

@@ -9,6 +9,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible.module_utils.basic import AnsibleModule
+
 NODE_OPTIONS = dict(
     root=dict(type="path", default="/"),
     distribution=dict(type="str", default="auto", choices=["auto", "k3s", "rke2", "containerd"]),
@@ -145,3 +147,8 @@ GPU_DOCTOR_SPEC = dict(
     events=dict(type="list", elements="dict", default=[]),
     logs=dict(type="list", elements="dict", default=[]),
 )
+
+
+def refuse_outside_action(message, argument_spec, **options):
+    """The main() of a module that documents an action plugin: the arguments checked, then the refusal."""
+    AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, **options).fail_json(msg=message)

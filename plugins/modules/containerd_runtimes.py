@@ -42,16 +42,12 @@ description:
     collection's docs/plain-containerd.md."
   - When nothing is missing nothing is written, and a drop-in or template this module created earlier and
     no longer needs is removed.
-author:
-  - k3s_gpu.nvidia maintainers (@k3s-gpu)
 requirements:
   - tomlkit on the controller
 extends_documentation_fragment:
   - ansible.builtin.files
   - ansible.builtin.validate
-  - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.actiongroups
-  - ansible.builtin.action_common_attributes.flow
   - k3s_gpu.nvidia.action_attributes
   # short name on purpose: ansible-doc resolves the FQCN form to the ansible.builtin.files fragment
   - action_common_attributes.files

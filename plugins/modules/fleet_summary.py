@@ -16,12 +16,7 @@ description:
   - B(Internal to the playbook k3s_gpu.nvidia.site; its options and results may change without notice.)
   - One row and one line per host from its C(gpu_node_result) - what changed, or would change in check mode, whether a
     restart happened or is still needed, the default runtime and node labels written, and what is pending.
-author:
-  - k3s_gpu.nvidia maintainers (@k3s-gpu)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.flow
-  - k3s_gpu.nvidia.action_attributes
+extends_documentation_fragment: k3s_gpu.nvidia.action_attributes
 attributes:
   diff_mode:
     support: none
@@ -68,13 +63,11 @@ counts:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import FLEET_SUMMARY_SPEC
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import FLEET_SUMMARY_SPEC, refuse_outside_action
 
 
 def main():
-    module = AnsibleModule(argument_spec=FLEET_SUMMARY_SPEC, supports_check_mode=True)
-    module.fail_json(msg="k3s_gpu.nvidia.fleet_summary runs through its action plugin, inside k3s_gpu.nvidia.site")
+    refuse_outside_action("k3s_gpu.nvidia.fleet_summary runs through its action plugin, inside k3s_gpu.nvidia.site", FLEET_SUMMARY_SPEC)
 
 
 if __name__ == "__main__":

@@ -20,12 +20,7 @@ description:
   - V(apply) (delegated to that server) reads the server, decides the GPU Operator HelmChart and the RuntimeClasses of
     the cluster from what its GPU nodes reported in this run, and writes or removes both manifests in one module
     execution. A run that does not see every GPU node of the cluster (C(--limit), a failed node) only adds.
-author:
-  - k3s_gpu.nvidia maintainers (@k3s-gpu)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.flow
-  - k3s_gpu.nvidia.action_attributes
+extends_documentation_fragment: k3s_gpu.nvidia.action_attributes
 options:
   phase:
     description: V(plan) lists the clusters; V(read) reads this GPU node (its NVIDIA handlers) as the role would; V(apply)
@@ -119,13 +114,11 @@ chart_archives:
   elements: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_CLUSTER_REQUIRED_IF, GPU_CLUSTER_SPEC
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_CLUSTER_REQUIRED_IF, GPU_CLUSTER_SPEC, refuse_outside_action
 
 
 def main():
-    module = AnsibleModule(argument_spec=GPU_CLUSTER_SPEC, required_if=GPU_CLUSTER_REQUIRED_IF, supports_check_mode=True)
-    module.fail_json(msg="k3s_gpu.nvidia.gpu_cluster runs through its action plugin, inside the collection's playbooks")
+    refuse_outside_action("k3s_gpu.nvidia.gpu_cluster runs through its action plugin, inside the collection's playbooks", GPU_CLUSTER_SPEC, required_if=GPU_CLUSTER_REQUIRED_IF)
 
 
 if __name__ == "__main__":

@@ -17,12 +17,7 @@ description:
   - Takes each node's layers (C(k3s_gpu.nvidia.gpu_node_host) O(k3s_gpu.nvidia.gpu_node_host#module:phase=doctor)),
     checks the cluster's layers (RuntimeClass, device plugin, allocatable) for the nodes whose node layers passed, writes
     one line per node and a JSON report, and fails when a node is BROKEN.
-author:
-  - k3s_gpu.nvidia maintainers (@k3s-gpu)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.flow
-  - k3s_gpu.nvidia.action_attributes
+extends_documentation_fragment: k3s_gpu.nvidia.action_attributes
 options:
   phase:
     description:
@@ -126,13 +121,11 @@ pods:
   elements: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_DOCTOR_SPEC
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_DOCTOR_SPEC, refuse_outside_action
 
 
 def main():
-    module = AnsibleModule(argument_spec=GPU_DOCTOR_SPEC, supports_check_mode=True)
-    module.fail_json(msg="k3s_gpu.nvidia.gpu_doctor runs through its action plugin, inside k3s_gpu.nvidia.doctor")
+    refuse_outside_action("k3s_gpu.nvidia.gpu_doctor runs through its action plugin, inside k3s_gpu.nvidia.doctor", GPU_DOCTOR_SPEC)
 
 
 if __name__ == "__main__":

@@ -19,12 +19,7 @@ description:
     registers the result as C(gpu_node_result).
   - Reads the role's C(gpu_node_*) variables itself, converted by the role's argument spec (so text such as C(false)
     from C(-e) or an INI inventory is a boolean), and warns about a C(gpu_node_*) variable the role does not know.
-author:
-  - k3s_gpu.nvidia maintainers (@k3s-gpu)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.flow
-  - k3s_gpu.nvidia.action_attributes
+extends_documentation_fragment: k3s_gpu.nvidia.action_attributes
 options:
   phase:
     description:
@@ -87,13 +82,11 @@ doctor:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_NODE_HOST_REQUIRED_IF, GPU_NODE_HOST_SPEC
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_NODE_HOST_REQUIRED_IF, GPU_NODE_HOST_SPEC, refuse_outside_action
 
 
 def main():
-    module = AnsibleModule(argument_spec=GPU_NODE_HOST_SPEC, required_if=GPU_NODE_HOST_REQUIRED_IF, supports_check_mode=True)
-    module.fail_json(msg="k3s_gpu.nvidia.gpu_node_host runs through its action plugin, inside the role k3s_gpu.nvidia.gpu_node")
+    refuse_outside_action("k3s_gpu.nvidia.gpu_node_host runs through its action plugin, inside the role k3s_gpu.nvidia.gpu_node", GPU_NODE_HOST_SPEC, required_if=GPU_NODE_HOST_REQUIRED_IF)
 
 
 if __name__ == "__main__":

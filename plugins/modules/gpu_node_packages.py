@@ -22,12 +22,7 @@ description:
     its key and (the driver) the nouveau blacklist the role wrote.
   - Reads the role's C(gpu_node_*) variables itself, converted by the role's argument spec, and the host's
     C(ansible_facts) (OS family, distribution, version, architecture, kernel). Runs Ansible's own modules on the host.
-author:
-  - k3s_gpu.nvidia maintainers (@k3s-gpu)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.flow
-  - k3s_gpu.nvidia.action_attributes
+extends_documentation_fragment: k3s_gpu.nvidia.action_attributes
 attributes:
   diff_mode:
     support: none
@@ -107,13 +102,11 @@ files_removed:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_NODE_PACKAGES_SPEC
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_NODE_PACKAGES_SPEC, refuse_outside_action
 
 
 def main():
-    module = AnsibleModule(argument_spec=GPU_NODE_PACKAGES_SPEC, supports_check_mode=True)
-    module.fail_json(msg="k3s_gpu.nvidia.gpu_node_packages runs through its action plugin, inside the role k3s_gpu.nvidia.gpu_node")
+    refuse_outside_action("k3s_gpu.nvidia.gpu_node_packages runs through its action plugin, inside the role k3s_gpu.nvidia.gpu_node", GPU_NODE_PACKAGES_SPEC)
 
 
 if __name__ == "__main__":

@@ -21,12 +21,7 @@ description:
     where kubelet only retries (its sandbox, its container, its image, the scheduler), or O(timeout) has passed.
   - V(report) makes one line per node and RuntimeClass, C(OK) with the node's allocatable C(nvidia.com/gpu) and the
     C(nvidia-smi -L) lines, or C(BROKEN at <layer>) with the cause and the fix, and fails when anything did not pass.
-author:
-  - k3s_gpu.nvidia maintainers (@k3s-gpu)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.flow
-  - k3s_gpu.nvidia.action_attributes
+extends_documentation_fragment: k3s_gpu.nvidia.action_attributes
 options:
   phase:
     description: V(choose), V(wait) or V(report).
@@ -154,13 +149,11 @@ lines:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_VERIFY_SPEC
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_VERIFY_SPEC, refuse_outside_action
 
 
 def main():
-    module = AnsibleModule(argument_spec=GPU_VERIFY_SPEC, supports_check_mode=True)
-    module.fail_json(msg="k3s_gpu.nvidia.gpu_verify runs through its action plugin, inside k3s_gpu.nvidia.verify")
+    refuse_outside_action("k3s_gpu.nvidia.gpu_verify runs through its action plugin, inside k3s_gpu.nvidia.verify", GPU_VERIFY_SPEC)
 
 
 if __name__ == "__main__":

@@ -17,9 +17,9 @@ import tomllib
 from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as gpu_operator
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as template_check
@@ -120,6 +120,18 @@ def compute(facts, params):
     if reader is not None and reader.normalized is not None and target["mode"] != planner.MODE_TEMPLATE:
         key = target["template"]
         changes.append(_change(facts, key, facts["files"][key]["path"], reader.normalized, "template"))
+    changes.extend(_earlier_file_changes(facts, plan, target, profile))
+    if profile["distribution"] != distro.CONTAINERD:
+        changes.extend(_default_runtime_file_changes(facts, plan, params))
+    changes = [c for c in changes if c is not None and c["before"] != c["after"]]
+    if params.get("_own_files"):
+        changes = own_files(facts, plan, changes, bool(params.get("backup")))
+    return plan, changes
+
+
+def _earlier_file_changes(facts, plan, target, profile):
+    """Our tables taken out of the files this module wrote for an earlier release or layout."""
+    out = []
     for key in _OWN_DROPINS + _TEMPLATES:
         if key == target["key"] or key not in facts["files"]:
             continue
@@ -134,34 +146,36 @@ def compute(facts, params):
                        target=dict(target, mode=planner.MODE_TEMPLATE if key in _TEMPLATES else planner.MODE_DROPIN,
                                    schema=3 if key.endswith("v3") else target["schema"] if key == "dropin" else 2))
         cleaned = toml.apply_plan(text, cleanup, other["path"], key in _TEMPLATES, profile, created_by_us=True)
-        changes.append(_change(facts, key, other["path"], cleaned, "earlier file"))
-    if profile["distribution"] != distro.CONTAINERD:
-        wanted_yaml = None
-        default = plan["default_runtime"]
-        own_yaml = facts["files"].get("default_runtime_file") or {}
-        default_name = default["name"] if default and default["how"] == "config_yaml" else None
-        handler_labels = params.get("handler_labels")
-        if handler_labels is not None:
-            # the task owns the whole file: the default runtime if given, a label per handler if asked
-            plan["node_labels"] = []
-            if plan["state"] != "absent":
-                # the handler labels when asked, then the extra labels (the device plugin's), each once
-                wanted = (node_labels(plan) if handler_labels else []) + _checked_labels(params.get("node_labels"))
-                plan["node_labels"] = [label for index, label in enumerate(wanted) if label not in wanted[:index]]
-            wanted_yaml = toml.render_default_runtime_yaml(default_name, plan["node_labels"])
-            legacy = facts["files"].get("labels_file_legacy") or {}
-            if (legacy.get("content") or "").startswith(LEGACY_LABELS_HEADER):
-                changes.append(_change(facts, "labels_file_legacy", legacy["path"], None, "earlier labels file"))
-        elif default_name:
-            wanted_yaml = toml.render_default_runtime_yaml(default_name)
-        elif plan["state"] != "absent" and not default:
-            wanted_yaml = own_yaml.get("content")  # not managed by this task: leave it as it is
-        changes.append(_change(facts, "default_runtime_file", facts["paths"]["default_runtime_file"], wanted_yaml,
-                               "default runtime file"))
-    changes = [c for c in changes if c is not None and c["before"] != c["after"]]
-    if params.get("_own_files"):
-        changes = own_files(facts, plan, changes, bool(params.get("backup")))
-    return plan, changes
+        out.append(_change(facts, key, other["path"], cleaned, "earlier file"))
+    return out
+
+
+def _default_runtime_file_changes(facts, plan, params):
+    """The k3s/rke2 config.yaml.d file of the default runtime and node labels (and the legacy labels file)."""
+    out = []
+    wanted_yaml = None
+    default = plan["default_runtime"]
+    own_yaml = facts["files"].get("default_runtime_file") or {}
+    default_name = default["name"] if default and default["how"] == "config_yaml" else None
+    handler_labels = params.get("handler_labels")
+    if handler_labels is not None:
+        # the task owns the whole file: the default runtime if given, a label per handler if asked
+        plan["node_labels"] = []
+        if plan["state"] != "absent":
+            # the handler labels when asked, then the extra labels (the device plugin's), each once
+            wanted = (node_labels(plan) if handler_labels else []) + _checked_labels(params.get("node_labels"))
+            plan["node_labels"] = [label for index, label in enumerate(wanted) if label not in wanted[:index]]
+        wanted_yaml = toml.render_default_runtime_yaml(default_name, plan["node_labels"])
+        legacy = facts["files"].get("labels_file_legacy") or {}
+        if (legacy.get("content") or "").startswith(LEGACY_LABELS_HEADER):
+            out.append(_change(facts, "labels_file_legacy", legacy["path"], None, "earlier labels file"))
+    elif default_name:
+        wanted_yaml = toml.render_default_runtime_yaml(default_name)
+    elif plan["state"] != "absent" and not default:
+        wanted_yaml = own_yaml.get("content")  # not managed by this task: leave it as it is
+    out.append(_change(facts, "default_runtime_file", facts["paths"]["default_runtime_file"], wanted_yaml,
+                       "default runtime file"))
+    return out
 
 
 # --- what the gpu_node role keeps to take its edits back (params["_own_files"]) --------------------------

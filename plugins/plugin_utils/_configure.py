@@ -120,6 +120,11 @@ def run(result, params, execute_module, want_diff, own_files=False, extra_change
     if want_diff and changes:
         result["diff"] = [dict(before=c["before"] or "", after=c["after"] or "", before_header=c["path"],
                                after_header=c["path"]) for c in changes]
+    return _write(result, facts, plan, changes, params, execute_module, own_files)
+
+
+def _write(result, facts, plan, changes, params, execute_module, own_files):
+    """Write the changes on the node (one node_files execution) and note each file's outcome in the result."""
     params["validate"] = changes_engine.node_validate(facts, params)
     entries = [changes_engine.write_entry(change, params) for change in changes]
     entries += changes_engine.attribute_entries(facts, plan, changes, params)

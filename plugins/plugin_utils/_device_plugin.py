@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import line_key as _line_key, type_name as _type_name
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _helmchart as helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _manifest_yaml as manifest_yaml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
@@ -103,10 +104,6 @@ class NodeFacts:
     config: str = ""
 
 
-def _type_name(value):
-    return type(value).__name__
-
-
 def _closest(name, known):
     close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.6)
     return " (did you mean %s?)" % close[0] if close else ""
@@ -139,15 +136,11 @@ def chart_facts(version):
     """The known-versions row of a chart version ('0.20.0' or 'v0.20.0'), refused when unknown."""
     plain = version.lstrip("v") if isinstance(version, str) else version
     if plain not in release_rules.DEVICE_PLUGIN_VERSIONS:
-        known = ", ".join(sorted(release_rules.DEVICE_PLUGIN_VERSIONS, key=_version_key))
+        known = ", ".join(sorted(release_rules.DEVICE_PLUGIN_VERSIONS, key=_line_key))
         raise K3sGpuError(
             "%s is %r, a chart version this collection does not know (its image and values are checked per version); "
             "use one of %s." % (VARIABLES["chart_version"], version, known))
     return dict(release_rules.DEVICE_PLUGIN_VERSIONS[plain], version=plain)
-
-
-def _version_key(version):
-    return tuple(int(part) for part in version.split("."))
 
 
 # --- GPU sharing: the plugin's config file -------------------------------------------------------------
@@ -334,7 +327,7 @@ def choose_runtime_class(available, nodes, wanted=""):
 # --- deviceListStrategy -----------------------------------------------------------------------------
 
 def _kubelet_passes_cdi(profile):
-    return _version_key(profile["line"]) >= _version_key(release_rules.DEVICE_PLUGIN_CDI_CRI_KUBERNETES)
+    return _line_key(profile["line"]) >= _line_key(release_rules.DEVICE_PLUGIN_CDI_CRI_KUBERNETES)
 
 
 def choose_device_list_strategy(nodes, profile, wanted=AUTO, chart=None):

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import unquoted_find
+
 # --- errors -------------------------------------------------------------------------------------
 
 
@@ -102,125 +104,137 @@ def lex(text):
             while probe < size and text[probe] in _SPACE:
                 probe += 1
         if text.startswith("/*", probe):
-            close = text.find("*/", probe + 2)
-            if close < 0:
-                raise TemplateError("parse_error", line, "unclosed comment")
-            after = close + 2
-            trim = _right_trim_at(text, after)
-            if trim:
-                action.trim_right = True
-                after += trim
-            elif text.startswith("}}", after):
-                after += 2
-            else:
-                raise TemplateError("parse_error", line, "comment ends before closing delimiter")
-            action.comment = True
-            action.end = after
-            action.text = text[open_at:after]
-            line += text.count("\n", open_at, after)
-            items.append(("action", action))
-            pos = after
-            continue
-        while True:
-            while i < size and text[i] in _SPACE:
-                trim = _right_trim_at(text, i)
-                if trim:
-                    break
-                if text[i] == "\n":
-                    line += 1
-                i += 1
-            if i >= size:
-                raise TemplateError("parse_error", action.line, "unclosed action")
+            pos, line = _lex_comment(text, action, probe, line)
+        else:
+            pos, line = _lex_action(text, action, i, line)
+        action.end = pos
+        action.text = text[open_at:pos]
+        items.append(("action", action))
+    return items
+
+
+def _lex_comment(text, action, probe, line):
+    """A comment action from its /* at probe: (the index after its }}, the line there)."""
+    close = text.find("*/", probe + 2)
+    if close < 0:
+        raise TemplateError("parse_error", line, "unclosed comment")
+    after = close + 2
+    trim = _right_trim_at(text, after)
+    if trim:
+        action.trim_right = True
+        after += trim
+    elif text.startswith("}}", after):
+        after += 2
+    else:
+        raise TemplateError("parse_error", line, "comment ends before closing delimiter")
+    action.comment = True
+    return after, line + text.count("\n", action.start, after)
+
+
+def _lex_action(text, action, i, line):
+    """The tokens of an action from i, after its {{: (the index after its }}, the line there)."""
+    size = len(text)
+    while True:
+        while i < size and text[i] in _SPACE:
             trim = _right_trim_at(text, i)
             if trim:
-                line += text.count("\n", i, i + trim)
-                action.trim_right = True
-                i += trim
                 break
-            if text.startswith("}}", i):
-                i += 2
-                break
-            char = text[i]
-            if char == '"':
-                j = i + 1
-                while j < size and text[j] != '"':
-                    if text[j] == "\n":
-                        raise TemplateError("parse_error", line, "unterminated quoted string")
-                    j += 2 if text[j] == "\\" else 1
-                if j >= size:
-                    raise TemplateError("parse_error", line, "unterminated quoted string")
-                action.tokens.append(Token("string", _unquote(text[i:j + 1], line), line))
-                i = j + 1
-            elif char == "`":
-                j = text.find("`", i + 1)
-                if j < 0:
-                    raise TemplateError("parse_error", line, "unterminated raw quoted string")
-                action.tokens.append(Token("string", text[i + 1:j], line))
-                line += text.count("\n", i, j)
-                i = j + 1
-            elif char == "'":
-                j = i + 1
-                while j < size and text[j] != "'":
-                    j += 2 if text[j] == "\\" else 1
-                if j >= size:
-                    raise TemplateError("parse_error", line, "unterminated character constant")
-                value = _unquote('"' + text[i + 1:j].replace('"', '\\"') + '"', line)
-                action.tokens.append(Token("number", ord(value[0]) if value else 0, line))
-                i = j + 1
-            elif text.startswith(":=", i):
-                action.tokens.append(Token("declare", ":=", line))
-                i += 2
-            elif char in "()|,=":
-                action.tokens.append(Token(char, char, line))
-                i += 1
-            elif char == "$":
-                match = _VARIABLE.match(text, i)
-                action.tokens.append(Token("variable", match.group(0), line))
-                i = match.end()
-            elif char == ".":
-                match = _FIELD_CHAIN.match(text, i)
-                if match:
-                    # `$x.A` and `(pipe).A` chain onto the term before them only when adjacent
-                    attached = (i > 0 and text[i - 1] not in _SPACE and action.tokens
-                                and action.tokens[-1].kind in ("variable", ")"))
-                    action.tokens.append(Token("chain" if attached else "field", tuple(match.group(0)[1:].split(".")), line))
-                    i = match.end()
-                elif i + 1 < size and text[i + 1].isdigit():
-                    match = _NUMBER.match(text, i)
-                    action.tokens.append(Token("number", _number(match.group(0), line), line))
-                    i = match.end()
-                else:
-                    action.tokens.append(Token("dot", ".", line))
-                    i += 1
-            elif char.isdigit() or (char in "+-" and i + 1 < size and (text[i + 1].isdigit() or text[i + 1] == ".")):
-                match = _NUMBER.match(text, i)
-                action.tokens.append(Token("number", _number(match.group(0), line), line))
-                i = match.end()
-            elif char.isalpha() or char == "_":
-                match = _IDENT.match(text, i)
-                word = match.group(0)
-                if word in ("true", "false"):
-                    action.tokens.append(Token("bool", word == "true", line))
-                elif word == "nil":
-                    action.tokens.append(Token("nil", None, line))
-                elif word in KEYWORDS:
-                    action.tokens.append(Token("keyword", word, line))
-                else:
-                    action.tokens.append(Token("identifier", word, line))
-                i = match.end()
-            else:
-                raise TemplateError("parse_error", line, "unexpected %r in command" % char)
-        action.end = i
-        action.text = text[open_at:i]
-        items.append(("action", action))
-        pos = i
-    return items
+            if text[i] == "\n":
+                line += 1
+            i += 1
+        if i >= size:
+            raise TemplateError("parse_error", action.line, "unclosed action")
+        trim = _right_trim_at(text, i)
+        if trim:
+            line += text.count("\n", i, i + trim)
+            action.trim_right = True
+            return i + trim, line
+        if text.startswith("}}", i):
+            return i + 2, line
+        i, line = _lex_token(text, action, i, line)
+
+
+def _lex_quoted(text, action, i, line):
+    """A "string", `raw string` or 'c' character constant at i: the index after it, the line there."""
+    size = len(text)
+    char = text[i]
+    if char == '"':
+        j = i + 1
+        while j < size and text[j] != '"':
+            if text[j] == "\n":
+                raise TemplateError("parse_error", line, "unterminated quoted string")
+            j += 2 if text[j] == "\\" else 1
+        if j >= size:
+            raise TemplateError("parse_error", line, "unterminated quoted string")
+        action.tokens.append(Token("string", _decode_go_string(text[i:j + 1], line), line))
+    elif char == "`":
+        j = text.find("`", i + 1)
+        if j < 0:
+            raise TemplateError("parse_error", line, "unterminated raw quoted string")
+        action.tokens.append(Token("string", text[i + 1:j], line))
+        line += text.count("\n", i, j)
+    else:
+        j = i + 1
+        while j < size and text[j] != "'":
+            j += 2 if text[j] == "\\" else 1
+        if j >= size:
+            raise TemplateError("parse_error", line, "unterminated character constant")
+        value = _decode_go_string('"' + text[i + 1:j].replace('"', '\\"') + '"', line)
+        action.tokens.append(Token("number", ord(value[0]) if value else 0, line))
+    return j + 1, line
+
+
+def _lex_token(text, action, i, line):
+    """The lexer's step: the one token at i, appended to the action; (the index after it, the line there)."""
+    size = len(text)
+    char = text[i]
+    if char in "\"`'":
+        return _lex_quoted(text, action, i, line)
+    if text.startswith(":=", i):
+        action.tokens.append(Token("declare", ":=", line))
+        return i + 2, line
+    if char in "()|,=":
+        action.tokens.append(Token(char, char, line))
+        return i + 1, line
+    if char == "$":
+        match = _VARIABLE.match(text, i)
+        action.tokens.append(Token("variable", match.group(0), line))
+        return match.end(), line
+    if char == ".":
+        match = _FIELD_CHAIN.match(text, i)
+        if match:
+            # `$x.A` and `(pipe).A` chain onto the term before them only when adjacent
+            attached = (i > 0 and text[i - 1] not in _SPACE and action.tokens
+                        and action.tokens[-1].kind in ("variable", ")"))
+            action.tokens.append(Token("chain" if attached else "field", tuple(match.group(0)[1:].split(".")), line))
+            return match.end(), line
+        if not (i + 1 < size and text[i + 1].isdigit()):
+            action.tokens.append(Token("dot", ".", line))
+            return i + 1, line
+    if char.isdigit() or char == "." or (char in "+-" and i + 1 < size and (text[i + 1].isdigit() or text[i + 1] == ".")):
+        match = _NUMBER.match(text, i)
+        action.tokens.append(Token("number", _number(match.group(0), line), line))
+        return match.end(), line
+    if char.isalpha() or char == "_":
+        match = _IDENT.match(text, i)
+        word = match.group(0)
+        if word in ("true", "false"):
+            action.tokens.append(Token("bool", word == "true", line))
+        elif word == "nil":
+            action.tokens.append(Token("nil", None, line))
+        elif word in KEYWORDS:
+            action.tokens.append(Token("keyword", word, line))
+        else:
+            action.tokens.append(Token("identifier", word, line))
+        return match.end(), line
+    raise TemplateError("parse_error", line, "unexpected %r in command" % char)
 
 
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
 
 
-def _unquote(quoted, line):
+def _decode_go_string(quoted, line):
+    """The value of a Go string literal (quoted with its quotes; Go escapes decoded), as text/template reads it."""
     out = []
     i = 1
     body_end = len(quoted) - 1
@@ -579,22 +593,7 @@ def _nonempty(body):
 
 
 def _hash_outside_string(before):
-    quote = None
-    i = 0
-    while i < len(before):
-        char = before[i]
-        if quote:
-            if char == "\\" and quote == '"':
-                i += 2
-                continue
-            if char == quote:
-                quote = None
-        elif char in "\"'":
-            quote = char
-        elif char == "#":
-            return True
-        i += 1
-    return False
+    return unquoted_find(before, "#") >= 0
 
 
 def parse(text, funcs=(), name="main"):
@@ -1029,20 +1028,7 @@ def _builtin(name, args, line):
         known, typical = _truth(args[0])
         return Unknown({"kind": "bool"}, not typical) if known is None else not known
     if name in ("eq", "ne", "lt", "le", "gt", "ge"):
-        if len(args) < 2 and name != "eq" or len(args) < 2:
-            raise TemplateError("exec_error", line, "missing argument for comparison")
-        if _any_unknown(args):
-            return Unknown({"kind": "bool"})
-        first = args[0]
-        if name == "eq":
-            return any(first == other and type(first) is type(other) for other in args[1:])
-        other = args[1]
-        if name == "ne":
-            return not (first == other and type(first) is type(other))
-        try:
-            return {"lt": first < other, "le": first <= other, "gt": first > other, "ge": first >= other}[name]
-        except TypeError:
-            raise TemplateError("exec_error", line, "incompatible types for comparison")
+        return _compare(name, args, line)
     if name == "len":
         if len(args) != 1:
             raise TemplateError("exec_error", line, "wrong number of args for len")
@@ -1061,24 +1047,47 @@ def _builtin(name, args, line):
             return " ".join(format_value(a) for a in args) + "\n"
         return _sprint(args)
     if name == "index":
-        if _any_unknown(args):
-            return Unknown(ANY)
-        value = args[0]
-        for key in args[1:]:
-            try:
-                value = value[key]
-            except (KeyError, IndexError, TypeError):
-                if isinstance(value, TypedMap):
-                    value = value.missing()
-                    continue
-                if isinstance(value, dict):
-                    value = None
-                    continue
-                raise TemplateError("exec_error", line, "error calling index: index out of range: %s" % format_value(key))
-        return value
+        return _index(args, line)
     if name in ("slice", "call"):
         return Unknown(ANY)
     raise TemplateError("unknown_function", line, "function %r not defined" % name)  # pragma: no cover
+
+
+def _compare(name, args, line):
+    """eq, ne, lt, le, gt, ge."""
+    if len(args) < 2 and name != "eq" or len(args) < 2:
+        raise TemplateError("exec_error", line, "missing argument for comparison")
+    if _any_unknown(args):
+        return Unknown({"kind": "bool"})
+    first = args[0]
+    if name == "eq":
+        return any(first == other and type(first) is type(other) for other in args[1:])
+    other = args[1]
+    if name == "ne":
+        return not (first == other and type(first) is type(other))
+    try:
+        return {"lt": first < other, "le": first <= other, "gt": first > other, "ge": first >= other}[name]
+    except TypeError:
+        raise TemplateError("exec_error", line, "incompatible types for comparison")
+
+
+def _index(args, line):
+    """index: a missing map key reads as the map's zero value, as in Go."""
+    if _any_unknown(args):
+        return Unknown(ANY)
+    value = args[0]
+    for key in args[1:]:
+        try:
+            value = value[key]
+        except (KeyError, IndexError, TypeError):
+            if isinstance(value, TypedMap):
+                value = value.missing()
+                continue
+            if isinstance(value, dict):
+                value = None
+                continue
+            raise TemplateError("exec_error", line, "error calling index: index out of range: %s" % format_value(key))
+    return value
 
 
 def _sprint(args):

@@ -31,6 +31,7 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import line_key as _line_key, type_name as _type_name
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _helmchart as helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
@@ -63,11 +64,13 @@ _CHART_VERSION = re.compile(r"v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?\Z")
 _CHART_ARCHIVE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.tgz\Z")
 
 
-def _type_name(value):
-    return type(value).__name__
-
-
 # --- one node ------------------------------------------------------------------------------------
+
+def _check_flags(flags):
+    for name, value in flags:
+        if not isinstance(value, bool):
+            raise K3sGpuError("%s must be true or false, got %r" % (name, value))
+
 
 def plan_node(info, mode, operator_toolkit=True, operator_driver=False, toolkit_install=True, driver_install=False,
               default_runtime="", live=True, remove_operator_leftovers=False, host=""):
@@ -89,11 +92,9 @@ def plan_node(info, mode, operator_toolkit=True, operator_driver=False, toolkit_
     if mode not in MODES:
         raise K3sGpuError("gpu_node_mode is %r; use host (the role installs the toolkit) or operator (NVIDIA's "
                                    "GPU Operator does)" % (mode,))
-    for name, value in (("operator_toolkit", operator_toolkit), ("operator_driver", operator_driver),
-                        ("toolkit_install", toolkit_install), ("driver_install", driver_install), ("live", live),
-                        ("remove_operator_leftovers", remove_operator_leftovers)):
-        if not isinstance(value, bool):
-            raise K3sGpuError("%s must be true or false, got %r" % (name, value))
+    _check_flags((("operator_toolkit", operator_toolkit), ("operator_driver", operator_driver),
+                  ("toolkit_install", toolkit_install), ("driver_install", driver_install), ("live", live),
+                  ("remove_operator_leftovers", remove_operator_leftovers)))
     operator_layout = info["gpu_operator"]
     host_toolkit = info["host_toolkit"]
     owners = dict((r["name"], r["owner"]) for r in info["runtimes"])
@@ -105,30 +106,42 @@ def plan_node(info, mode, operator_toolkit=True, operator_driver=False, toolkit_
     host_files = ", ".join(host_toolkit["runtime_binaries"])
 
     if mode == MODE_HOST:
-        if operator_layout["present"] and remove_operator_leftovers:
-            result["remove_operator_leftovers"] = True
-            result["operator_handlers"] = []
-            result["install_toolkit"] = toolkit_install
-            return result
-        if operator_layout["present"] and host_toolkit["present"]:
-            raise K3sGpuError(
-                "%s has two NVIDIA toolkits: the GPU Operator's in %s and the host's (%s). k3s/rke2 use the operator's "
-                "first and the two fight over the runtimes. Keep one: gpu_node_mode=operator hands the node to the "
-                "operator (the role removes the host toolkit packages), or uninstall the GPU Operator (its toolkit "
-                "container reverts the containerd config but leaves %s behind: then run again with "
-                "gpu_node_remove_operator_leftovers=true). Nothing was changed." % (
-                    who, operator_files, host_files, operator_layout["toolkit_dir"]))
-        if operator_layout["present"] and toolkit_install:
-            raise K3sGpuError(
-                "%s has the GPU Operator's toolkit in %s, and gpu_node_mode=host with gpu_node_toolkit_install=true "
-                "would install a second one on the host. Set gpu_node_mode=operator if the operator manages this node, "
-                "or gpu_node_toolkit_install=false to keep the operator's toolkit and only add the runtime blocks "
-                "k3s/rke2 do not render. If the operator was uninstalled, these are its leftovers: "
-                "gpu_node_remove_operator_leftovers=true removes them. Nothing was changed." % (who, operator_files))
+        return _plan_host_mode(result, operator_layout, host_toolkit, toolkit_install, remove_operator_leftovers,
+                               who, operator_files, host_files)
+    return _plan_operator_mode(info, result, operator_layout, host_toolkit, operator_toolkit, operator_driver,
+                               toolkit_install, driver_install, live, who, operator_files, host_files)
+
+
+def _plan_host_mode(result, operator_layout, host_toolkit, toolkit_install, remove_operator_leftovers,
+                    who, operator_files, host_files):
+    """plan_node in host mode: the role installs the toolkit, unless the operator's is there."""
+    if operator_layout["present"] and remove_operator_leftovers:
+        result["remove_operator_leftovers"] = True
+        result["operator_handlers"] = []
         result["install_toolkit"] = toolkit_install
         return result
+    if operator_layout["present"] and host_toolkit["present"]:
+        raise K3sGpuError(
+            "%s has two NVIDIA toolkits: the GPU Operator's in %s and the host's (%s). k3s/rke2 use the operator's "
+            "first and the two fight over the runtimes. Keep one: gpu_node_mode=operator hands the node to the "
+            "operator (the role removes the host toolkit packages), or uninstall the GPU Operator (its toolkit "
+            "container reverts the containerd config but leaves %s behind: then run again with "
+            "gpu_node_remove_operator_leftovers=true). Nothing was changed." % (
+                who, operator_files, host_files, operator_layout["toolkit_dir"]))
+    if operator_layout["present"] and toolkit_install:
+        raise K3sGpuError(
+            "%s has the GPU Operator's toolkit in %s, and gpu_node_mode=host with gpu_node_toolkit_install=true "
+            "would install a second one on the host. Set gpu_node_mode=operator if the operator manages this node, "
+            "or gpu_node_toolkit_install=false to keep the operator's toolkit and only add the runtime blocks "
+            "k3s/rke2 do not render. If the operator was uninstalled, these are its leftovers: "
+            "gpu_node_remove_operator_leftovers=true removes them. Nothing was changed." % (who, operator_files))
+    result["install_toolkit"] = toolkit_install
+    return result
 
-    # operator mode
+
+def _plan_operator_mode(info, result, operator_layout, host_toolkit, operator_toolkit, operator_driver,
+                        toolkit_install, driver_install, live, who, operator_files, host_files):
+    """plan_node in operator mode: the GPU Operator installs the toolkit (and maybe the driver)."""
     if driver_install and operator_driver:
         raise K3sGpuError(
             "%s: gpu_node_driver_install=true and the GPU Operator's driver is on (gpu_node_operator_driver=true): two "
@@ -187,10 +200,6 @@ def chart_line(version):
             "chart_version %s: this collection knows the GPU Operator lines %s (what each creates and deletes, its "
             "values); use one of those, for example %s" % (version, known, release_rules.GPU_OPERATOR_CHART["default_version"]))
     return line
-
-
-def _line_key(line):
-    return tuple(int(part) for part in line.split("."))
 
 
 def operator_runtimeclasses(mode):

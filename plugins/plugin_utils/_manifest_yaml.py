@@ -22,6 +22,8 @@ __metaclass__ = type
 import json
 import re
 
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import is_list as _is_list
+
 from collections.abc import Mapping
 
 _PLAIN_KEY = re.compile(r"[A-Za-z][A-Za-z0-9]*\Z")
@@ -35,10 +37,6 @@ def yaml_key(key):
     if _PLAIN_KEY.match(key) and key.lower() not in _YAML_SPECIAL:
         return key
     return json.dumps(key)
-
-
-def _is_list(value):
-    return isinstance(value, (list, tuple))
 
 
 def _literal_lines(text, pad):

@@ -25,6 +25,7 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import is_list as _is_list, type_name as _type_name
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _manifest_yaml as manifest_yaml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
@@ -71,14 +72,6 @@ _HUGEPAGES_PREFIX = "hugepages-"
 
 
 # --- validation ----------------------------------------------------------------------------------
-
-def _type_name(value):
-    return type(value).__name__
-
-
-def _is_list(value):
-    return isinstance(value, (list, tuple))
-
 
 def _check_dns_label(where, value, what):
     if not isinstance(value, str) or len(value) > 63 or not DNS1123_LABEL.match(value):

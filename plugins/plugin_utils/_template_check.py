@@ -23,8 +23,8 @@ import re
 import tomllib
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gotemplate as gotemplate
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml_read as toml_read
@@ -360,42 +360,8 @@ def check(text, path, facts, schema, default_runtime=None, after_install=None, t
 def _check(text, path, facts, schema, default_runtime, after_install, target_profile, target_detected,
            normalize, profile, ours, light):
     report = Report(path)
-    text = _encoding(text, report, normalize)
-    if report.refusals:
-        return report
-    if not text.strip():
-        report.add(Finding("empty", 1, "the template is empty, so k3s renders an empty config.toml and containerd "
-                                       "starts on built-in defaults (no CNI directories, sandbox image or registry "
-                                       "config_path)",
-                           "delete the file (k3s then renders its own config), or put {{ template \"base\" . }} in it"))
-        return report
-    try:
-        template = gotemplate.parse(text, k3s_funcs(profile))
-    except gotemplate.TemplateError as exc:
-        report.add(Finding(exc.code, exc.line, "%s (Go's template parser)" % exc.message,
-                           _parse_fix(exc, k3s_funcs(profile))))
-        for line, kind, _trim in gotemplate.comment_actions_of(text):
-            if kind == "keyword":
-                report.add(_comment_finding(line, "this {{if}}/{{range}}/{{end}} sits after a TOML `#`, but k3s "
-                                                  "parses it all the same, so the blocks do not balance"))
-        return report
-    # k3s parses base after the user's text: the stock base replaces a user's own define of it
-    template.trees.pop("base", None)
-    for name, line in template.calls:
-        if name != "base" and name not in template.trees:
-            close = "base" if _close(name, "base") else None
-            report.add(Finding("unknown_template", line, "{{ template %s }} calls a template that is not defined; "
-                               "k3s fails with `template %s not defined`" % (_q(name), _q(name)),
-                               "use {{ template \"base\" . }}" if close else
-                               "define it with {{ define %s }}...{{ end }} or remove the call" % _q(name)))
-    for line, kind, trims in template.comment_actions:
-        if kind == "template":
-            report.add(_comment_finding(line, "this {{ template }} sits after a TOML `#`, but k3s executes it all "
-                                              "the same: the first line of its output joins the comment, the rest is live"))
-        elif trims:
-            report.add(_comment_finding(line, "this action after a TOML `#` ends with `-}}`, which eats the newline: "
-                                              "the next line joins the comment"))
-    if report.refusals or light:
+    text, template = _parse_checked(text, report, normalize, profile)
+    if template is None or report.refusals or light:
         return report
     detected_now = list(facts["release_runtimes"])
     states = [(NOW, profile, detected_now)]
@@ -419,22 +385,71 @@ def _check(text, path, facts, schema, default_runtime, after_install, target_pro
                 found = _added_runtime_tables(report.user_tables, added, schema, profile) if report.base_called else []
                 when = AFTER_INSTALL
         if when == AFTER_INSTALL:
-            broken_now = any(code in ("duplicate_table", "duplicate_key", "imports_clash", "toml_invalid")
-                             for code, _line in baseline)
-            for finding in found:
-                if (finding.code, finding.line) in baseline:
-                    continue
-                if broken_now and finding.code in ("duplicate_table", "duplicate_key", "toml_invalid"):
-                    continue  # the node is already broken there: one fix answers both
-                if finding.code == "duplicate_table" and _runtime_of(finding.table, schema) in ours:
-                    continue
-                finding.when = AFTER_INSTALL
-                if finding.code in ("duplicate_table", "duplicate_key"):
-                    finding.code = "after_install_duplicate"
-                    finding.message += " once k3s detects the NVIDIA runtimes the toolkit install brings (%s)" % (
-                        ", ".join(sorted(r["name"] for r in after)))
+            for finding in _after_install_findings(found, baseline, schema, ours, after):
                 report.add(finding)
     return report
+
+
+def _after_install_findings(found, baseline, schema, ours, after):
+    """What the toolkit install breaks that is not broken now (baseline: the (code, line) keys found now)."""
+    broken_now = any(code in ("duplicate_table", "duplicate_key", "imports_clash", "toml_invalid")
+                     for code, _line in baseline)
+    new = []
+    for finding in found:
+        if (finding.code, finding.line) in baseline:
+            continue
+        if broken_now and finding.code in ("duplicate_table", "duplicate_key", "toml_invalid"):
+            continue  # the node is already broken there: one fix answers both
+        if finding.code == "duplicate_table" and _runtime_of(finding.table, schema) in ours:
+            continue
+        finding.when = AFTER_INSTALL
+        if finding.code in ("duplicate_table", "duplicate_key"):
+            finding.code = "after_install_duplicate"
+            finding.message += " once k3s detects the NVIDIA runtimes the toolkit install brings (%s)" % (
+                ", ".join(sorted(r["name"] for r in after)))
+        new.append(finding)
+    return new
+
+
+def _parse_checked(text, report, normalize, profile):
+    """The checks that need no rendering (encoding, emptiness, parse, template names, actions after a `#`):
+    (the text as k3s reads it, the parsed template or None where it cannot be rendered)."""
+    text = _encoding(text, report, normalize)
+    if report.refusals:
+        return text, None
+    if not text.strip():
+        report.add(Finding("empty", 1, "the template is empty, so k3s renders an empty config.toml and containerd "
+                                       "starts on built-in defaults (no CNI directories, sandbox image or registry "
+                                       "config_path)",
+                           "delete the file (k3s then renders its own config), or put {{ template \"base\" . }} in it"))
+        return text, None
+    try:
+        template = gotemplate.parse(text, k3s_funcs(profile))
+    except gotemplate.TemplateError as exc:
+        report.add(Finding(exc.code, exc.line, "%s (Go's template parser)" % exc.message,
+                           _parse_fix(exc, k3s_funcs(profile))))
+        for line, kind, _trim in gotemplate.comment_actions_of(text):
+            if kind == "keyword":
+                report.add(_comment_finding(line, "this {{if}}/{{range}}/{{end}} sits after a TOML `#`, but k3s "
+                                                  "parses it all the same, so the blocks do not balance"))
+        return text, None
+    # k3s parses base after the user's text: the stock base replaces a user's own define of it
+    template.trees.pop("base", None)
+    for name, line in template.calls:
+        if name != "base" and name not in template.trees:
+            close = "base" if _close(name, "base") else None
+            report.add(Finding("unknown_template", line, "{{ template %s }} calls a template that is not defined; "
+                               "k3s fails with `template %s not defined`" % (_q(name), _q(name)),
+                               "use {{ template \"base\" . }}" if close else
+                               "define it with {{ define %s }}...{{ end }} or remove the call" % _q(name)))
+    for line, kind, trims in template.comment_actions:
+        if kind == "template":
+            report.add(_comment_finding(line, "this {{ template }} sits after a TOML `#`, but k3s executes it all "
+                                              "the same: the first line of its output joins the comment, the rest is live"))
+        elif trims:
+            report.add(_comment_finding(line, "this action after a TOML `#` ends with `-}}`, which eats the newline: "
+                                              "the next line joins the comment"))
+    return text, template
 
 
 def render(text, facts, schema, detected=None, default_runtime=None, profile=None):
@@ -640,10 +655,40 @@ _V2_ONLY_IN_V3 = ("containerd", "registry", "cni", "sandbox_image", "enable_cdi"
 def analyze(output, schema, profile, note="", base_lines=(), user_tables=None):
     """Findings on one rendered config (an Output with origins)."""
     text = output.text()
-    origins = output.line_origins()
     lines = text.split("\n")
-    findings = []
+    user_line, from_base = _origin_readers(output.line_origins())
+    if not any(line.strip() and not line.strip().startswith("#") for line in lines):
+        return [Finding("empty", 0, "the template renders no TOML at all%s, so containerd starts on built-in "
+                        "defaults" % note, "include {{ template \"base\" . }}, or delete the template")]
+    plain = toml_read.read_plain(lines)  # the values and the tables in one pass where the text is plain TOML
+    tables = plain[1] if plain is not None else toml.scan_tables(lines)
+    if user_tables is not None:
+        user_tables.extend((t.path, user_line(t.start)) for t in tables if not from_base(t.start))
+    findings = _duplicate_tables(lines, tables, schema, profile, note, base_lines, user_line, from_base)
+    findings += _duplicate_top_keys(lines, tables, schema, profile, note, user_line, from_base)
+    duplicated = bool(findings)  # each finding so far is a table or top-level key declared twice
+    try:
+        data = plain[0] if plain is not None else tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        if duplicated:
+            return findings
+        match = _TOML_ERROR_LINE.search(str(exc))
+        number = int(match.group(1)) - 1 if match else 0
+        message = str(exc)
+        code = "duplicate_key" if "overwrite" in message or "twice" in message else "toml_invalid"
+        where = "in the base's output" if from_base(number) else ""
+        findings.append(Finding(code, user_line(number), "the rendered config is not valid TOML%s: %s%s" % (
+            where and " " + where, _TOML_ERROR_LINE.sub("", message).strip(), note),
+            "fix that line (the template's rendered text must be TOML)"))
+        return findings
+    findings.extend(_registry(data, tables, schema, user_line, note))
+    findings.extend(_wrong_schema(tables, schema, user_line, from_base, note))
+    return findings
 
+
+def _origin_readers(origins):
+    """(user_line, from_base) for a rendered output's line origins: the template line that wrote an output line
+    (0 for the base's), and whether the base wrote it."""
     def user_line(number):
         origin = origins[number] if number < len(origins) else None
         return origin[1] if origin and origin[0] != "base" else 0
@@ -651,24 +696,19 @@ def analyze(output, schema, profile, note="", base_lines=(), user_tables=None):
     def from_base(number):
         origin = origins[number] if number < len(origins) else None
         return bool(origin) and origin[0] == "base"
+    return user_line, from_base
 
-    if not any(line.strip() and not line.strip().startswith("#") for line in lines):
-        findings.append(Finding("empty", 0, "the template renders no TOML at all%s, so containerd starts on built-in "
-                                "defaults" % note, "include {{ template \"base\" . }}, or delete the template"))
-        return findings
-    plain = toml_read.read_plain(lines)  # the values and the tables in one pass where the text is plain TOML
-    tables = plain[1] if plain is not None else toml.scan_tables(lines)
-    if user_tables is not None:
-        user_tables.extend((t.path, user_line(t.start)) for t in tables if not from_base(t.start))
+
+def _duplicate_tables(lines, tables, schema, profile, note, base_lines, user_line, from_base):
+    """duplicate_table: a table declared twice (by the template, or by the template and the base)."""
+    findings = []
     by_path = {}
     for table in tables:
         if not table.array:
             by_path.setdefault(table.path, []).append(table)
-    duplicated = False
     for path, declared in by_path.items():
         if len(declared) < 2:
             continue
-        duplicated = True
         user = [t for t in declared if not from_base(t.start)]
         in_base = [t for t in declared if from_base(t.start)]
         shown = user[-1] if user else declared[-1]
@@ -691,6 +731,12 @@ def analyze(output, schema, profile, note="", base_lines=(), user_tables=None):
             message = "[%s] is declared %d times%s" % (name, len(declared), note)
             fix = "declare the table once"
         findings.append(Finding("duplicate_table", user_line(shown.start), message, fix, table=path))
+    return findings
+
+
+def _duplicate_top_keys(lines, tables, schema, profile, note, user_line, from_base):
+    """duplicate_key and imports_clash: a top-level key set twice (by the template, or by it and the base)."""
+    findings = []
     top_end = tables[0].start if tables else len(lines)
     seen_top = {}
     for number in range(top_end):
@@ -702,7 +748,6 @@ def analyze(output, schema, profile, note="", base_lines=(), user_tables=None):
     for key, numbers in seen_top.items():
         if len(numbers) < 2:
             continue
-        duplicated = True
         user = [n for n in numbers if not from_base(n)]
         shown = user[-1] if user else numbers[-1]
         if key == "imports" and any(from_base(n) for n in numbers):
@@ -717,22 +762,6 @@ def analyze(output, schema, profile, note="", base_lines=(), user_tables=None):
                 key, " (the base sets it too)" if any(from_base(n) for n in numbers) else "", note),
                 "remove this line; the base of the release sets %s" % key if any(from_base(n) for n in numbers)
                 else "set %s once" % key))
-    try:
-        data = plain[0] if plain is not None else tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        if duplicated:
-            return findings
-        match = _TOML_ERROR_LINE.search(str(exc))
-        number = int(match.group(1)) - 1 if match else 0
-        message = str(exc)
-        code = "duplicate_key" if "overwrite" in message or "twice" in message else "toml_invalid"
-        where = "in the base's output" if from_base(number) else ""
-        findings.append(Finding(code, user_line(number), "the rendered config is not valid TOML%s: %s%s" % (
-            where and " " + where, _TOML_ERROR_LINE.sub("", message).strip(), note),
-            "fix that line (the template's rendered text must be TOML)"))
-        return findings
-    findings.extend(_registry(data, tables, schema, user_line, note))
-    findings.extend(_wrong_schema(tables, schema, user_line, from_base, note))
     return findings
 
 

@@ -26,13 +26,15 @@ else:
     TOMLKIT_IMPORT_ERROR = None
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import unquoted_find
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml_read as toml_read
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 MANAGED_HEADER = "# Managed by Ansible: k3s_gpu.nvidia.containerd_runtimes rewrites the runtime tables in this file."
 MANAGED_YAML_HEADER = "# Managed by Ansible: k3s_gpu.nvidia.containerd_runtimes rewrites this file."
-BASE_LINE = '{{ template "base" . }}'
+BASE_LINE = k3s_base.BASE_LINE
 
 
 def require_tomlkit():
@@ -132,21 +134,8 @@ def _header_key(stripped):
         return match.group(2), bool(match.group(1))
     array = stripped.startswith("[[")
     body = stripped[2:] if array else stripped[1:]
-    index, quote = 0, None
-    while index < len(body):
-        char = body[index]
-        if quote:
-            if char == "\\" and quote == '"':
-                index += 2
-                continue
-            if char == quote:
-                quote = None
-        elif char in "\"'":
-            quote = char
-        elif char == "]":
-            return body[:index], array
-        index += 1
-    return None, array
+    end = unquoted_find(body, "]")
+    return (body[:end] if end >= 0 else None), array
 
 
 def _scan_value_chars(line, state):

@@ -161,7 +161,7 @@ MIRRORS = "\n[plugins.'io.containerd.cri.v1.images'.registry.mirrors.'docker.io'
 
 def test_mirrors_beside_config_path_stop_the_cri_plugin(lab_versions, lab_daemon, lab_base_params):
     profile = distro.profile("k3s", "v1.33.10+k3s1")
-    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _k3s_base as k3s_base
+    from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
     params = dict(lab_base_params, detected=[], default_runtime=None, containerd_dir=lab_base_params["root"])
     base = k3s_base.render_base(profile, 3, params)
     for text, want in ((base, "ok"), (base + MIRRORS, "error")):

@@ -75,7 +75,7 @@ def install(rootfs, release, stream_port, server=False):
     lib = rootfs / LIB
     (lib / MODULE_UTILS).mkdir(parents=True, exist_ok=True)
     shutil.copy2(HERE / "standin_k3s.py", lib / "standin_k3s.py")
-    shutil.copy2(REPO / "plugins/plugin_utils/_k3s_base.py", lib / "base_fixtures.py")
+    shutil.copy2(REPO / "plugins/module_utils/_k3s_base.py", lib / "base_fixtures.py")
     for name in ("_detect.py", "_distro.py"):
         shutil.copy2(REPO / "plugins/module_utils" / name, lib / MODULE_UTILS / name)
     _write(rootfs / ETC / "release", release + "\n")

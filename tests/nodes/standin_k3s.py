@@ -7,7 +7,7 @@
 
 1. the release from /etc/standin-k3s/release (e.g. v1.28.15+k3s1) and its profile (_distro);
 2. the runtimes that release detects, searched like k3s does with this process's PATH (_detect);
-3. the base template rendered for that release (plugins/plugin_utils/_k3s_base.py), composed with
+3. the base template rendered for that release (plugins/module_utils/_k3s_base.py), composed with
    <data-dir>/agent/etc/containerd/config-v3.toml.tmpl or config.toml.tmpl (first found, like k3s);
 4. <data-dir>/agent/etc/containerd/config.toml written, then containerd exec'd with it
    (`-a/--state/--root` on the command line for schema 2, as k3s passes them).

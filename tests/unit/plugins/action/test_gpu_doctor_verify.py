@@ -21,6 +21,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_doctor
 from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_verify
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _doctor as doctor
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.action.action_harness import make_action
 
 CLASSES = [{"metadata": {"name": name}, "handler": name} for name in ("nvidia", "nvidia-cdi")]
 NODE = {"metadata": {"name": "gpu1", "labels": {"nvidia.com/gpu.present": "true"}},
@@ -28,15 +29,7 @@ NODE = {"metadata": {"name": "gpu1", "labels": {"nvidia.com/gpu.present": "true"
 
 
 def make(module, args):
-    task = mock.MagicMock()
-    task.args = dict(args)
-    task.async_val = 0
-    task.check_mode = False
-    connection = mock.MagicMock()
-    connection._shell.tmpdir = "/tmp/remote"
-    templar = mock.MagicMock()
-    templar.template.side_effect = lambda value: value
-    return module.ActionModule(task, connection, mock.MagicMock(), mock.MagicMock(), templar, mock.MagicMock())
+    return make_action(module, args)
 
 
 def node_result(broken=None):

@@ -24,6 +24,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_cluster, gpu_n
 from ansible_collections.k3s_gpu.nvidia.plugins.modules import node_files, runtime_info
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_step as cluster_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.action.action_harness import make_action
 
 RELEASE = "v1.31.6+k3s1"
 NODE_MODULES = {"k3s_gpu.nvidia.runtime_info": runtime_info, "k3s_gpu.nvidia.node_files": node_files}
@@ -40,16 +41,7 @@ def run_node_module(name, module_args, check_mode):
 
 
 def make(module, args, check_mode=False):
-    task = mock.MagicMock()
-    task.args = dict(args)
-    task.async_val = 0
-    task.check_mode = check_mode
-    task.diff = True
-    connection = mock.MagicMock()
-    connection._shell.tmpdir = "/tmp/remote"
-    templar = mock.MagicMock()
-    templar.template.side_effect = lambda value: value
-    action = module.ActionModule(task, connection, mock.MagicMock(), mock.MagicMock(), templar, mock.MagicMock())
+    action = make_action(module, args, check_mode, diff=True)
     action._remove_tmp_path = lambda path: None
     action._execute_module = lambda module_name, module_args, task_vars: run_node_module(module_name, module_args, check_mode)
     return action

@@ -15,6 +15,7 @@ from unittest import mock
 import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_node_packages as action_plugin
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.action.action_harness import make_action
 
 TOOLKIT_FP = "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
 DEBIAN = {"os_family": "Debian", "distribution": "Debian", "distribution_major_version": "12", "distribution_version": "12.8",
@@ -135,15 +136,7 @@ class FakeNode(object):
 
 
 def run_action(node, args, facts=None, check_mode=False, role_vars=None):
-    task = mock.MagicMock()
-    task.args = dict(args)
-    task.async_val = 0
-    task.check_mode = check_mode
-    connection = mock.MagicMock()
-    connection._shell.tmpdir = "/tmp/remote"
-    templar = mock.MagicMock()
-    templar.template.side_effect = lambda value: value
-    action = action_plugin.ActionModule(task, connection, mock.MagicMock(), mock.MagicMock(), templar, mock.MagicMock())
+    action = make_action(action_plugin, args, check_mode)
     action._execute_module = lambda module_name, module_args, task_vars: node.run(action, module_name, dict(module_args))
     action._remove_tmp_path = lambda path: None
     action._write = lambda content, dest, mode: action_plugin.ActionModule._module(

@@ -11,10 +11,6 @@ tests/conformance/test_device_plugin_chart.py."""
 
 from __future__ import annotations
 
-import json
-
-from pathlib import Path
-
 import jsonschema
 import pytest
 import yaml
@@ -22,9 +18,9 @@ import yaml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as dp
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils.helmchart_checks import documents, helmchart_schema, valid_helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 RELEASE = "v1.33.10+k3s1"
 CDI_NODE = {"host": "gpu1", "cdi_enabled": True, "cdi_spec": True, "handlers": ["nvidia", "nvidia-cdi", "runc"]}
 PLAIN_NODE = {"host": "gpu2", "cdi_enabled": False, "cdi_spec": False, "handlers": ["nvidia", "runc"]}
@@ -37,15 +33,6 @@ def cluster_of(distribution="k3s", release=RELEASE):
 
 def plan(settings=None, nodes=(CDI_NODE, PLAIN_NODE), runtimeclasses=SHIPPED, release=RELEASE, distribution="k3s"):
     return dp.plan_cluster(cluster_of(distribution, release), settings or {}, list(nodes), runtimeclasses)
-
-
-def documents(text):
-    return [doc for doc in yaml.safe_load_all(text) if doc is not None]
-
-
-def helmchart_schema(version):
-    data = json.loads((FIXTURES / "helmchart" / ("helm-controller-%s.json" % version)).read_text(encoding="utf-8"))
-    return data["openAPIV3Schema"]
 
 
 # --- the known-versions table -----------------------------------------------------------------------
@@ -98,11 +85,8 @@ def test_helmchart_is_valid_for_the_release_line(distribution, release, controll
     result = plan(settings, release=release, distribution=distribution)
     assert release_rules.helm_controller_version(distro.profile(distribution, release)) == controller
     text = dp.render_manifest(result)
-    docs = documents(text)
-    assert [(d["apiVersion"], d["kind"], d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs] == [
-        ("helm.cattle.io/v1", "HelmChart", "kube-system", "nvidia-device-plugin")]
-    jsonschema.validate(docs[0], helmchart_schema(controller), cls=jsonschema.Draft7Validator)
-    assert yaml.safe_load(docs[0]["spec"]["valuesContent"]) == result["values"]
+    chart = valid_helmchart(text, controller, "nvidia-device-plugin")
+    assert yaml.safe_load(chart["spec"]["valuesContent"]) == result["values"]
 
 
 def test_manifest_is_byte_stable():

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 
-from pathlib import Path
-
 import jsonschema
 import pytest
 import yaml
@@ -21,6 +19,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as op
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils.helmchart_checks import FIXTURES, documents, helmchart_schema, valid_helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 RELEASE = "v1.33.10+k3s1"
@@ -157,7 +156,6 @@ def test_bad_input(sandbox, kwargs, message):
 # release does not know fails here instead of being pruned silently). The versions are written out by
 # hand from that README's table, not computed from _distro, so a wrong feature-table row fails.
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 # (distribution, release, helm-controller version): the newest tag of each line that was read
 RELEASE_LINES = [
@@ -183,16 +181,6 @@ def cluster_of(distribution="k3s", release="v1.33.10+k3s1", data_dir=None):
 OPERATOR_NODES = [{"host": "gpu1", "mode": "operator"}, {"host": "gpu2", "mode": "operator", "driver_install": False}]
 
 
-def helmchart_schema(version):
-    data = json.loads((FIXTURES / "helmchart" / ("helm-controller-%s.json" % version)).read_text(encoding="utf-8"))
-    assert data["helm_controller_version"] == version
-    return data["openAPIV3Schema"]
-
-
-def documents(text):
-    return [doc for doc in yaml.safe_load_all(text) if doc is not None]
-
-
 def chart_keys(version):
     return set(json.loads((FIXTURES / "gpu_operator" / ("values-keys-%s.json" % version)).read_text(encoding="utf-8"))["keys"])
 
@@ -205,11 +193,8 @@ def test_helmchart_is_valid_for_the_release_line(distribution, release, controll
     plan = op.plan_cluster(cluster_of(distribution, release), settings, OPERATOR_NODES)
     assert release_rules.helm_controller_version(distro.profile(distribution, release)) == controller
     text = op.render_manifest(plan)
-    docs = documents(text)
-    assert [(d["apiVersion"], d["kind"], d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs] == [
-        ("helm.cattle.io/v1", "HelmChart", "kube-system", "gpu-operator")]
-    jsonschema.validate(docs[0], helmchart_schema(controller), cls=jsonschema.Draft7Validator)
-    spec = docs[0]["spec"]
+    chart = valid_helmchart(text, controller, "gpu-operator")
+    spec = chart["spec"]
     assert (spec["chart"], spec["repo"], spec["version"], spec["targetNamespace"], spec["createNamespace"]) == (
         "gpu-operator", "https://helm.ngc.nvidia.com/nvidia", "v26.3.3", "gpu-operator", True)
     assert yaml.safe_load(spec["valuesContent"]) == plan["values"]

@@ -59,14 +59,18 @@ def present(sandbox, distribution="k3s", release=RELEASE):
     return plan, file_changes
 
 
+# a user's own file per kind of node: the k3s template, plain containerd's config
+USER_FILES = [
+    ("k3s", RELEASE, TEMPLATE, USER_TEMPLATE),
+    ("containerd", "2.1.4", CONFIG, USER_CONFIG),
+]
+
+
 def record(node_path, text):
     return "%s  %s\n" % (hashlib.sha256(text.encode()).hexdigest(), node_path.rsplit("/", 1)[-1])
 
 
-@pytest.mark.parametrize("distribution, release, path, text", [
-    ("k3s", RELEASE, TEMPLATE, USER_TEMPLATE),
-    ("containerd", "2.1.4", CONFIG, USER_CONFIG),
-])
+@pytest.mark.parametrize("distribution, release, path, text", USER_FILES)
 def test_the_first_edit_keeps_the_original_and_records_what_it_left(sandbox, distribution, release, path, text):
     sandbox.k3s("k3s", "package")
     sandbox.write(path, text)
@@ -121,10 +125,7 @@ def test_later_edits_keep_the_original_and_follow_the_record(sandbox, edited_by_
         record(TEMPLATE, found[TEMPLATE]["after"]) if record_follows else None)
 
 
-@pytest.mark.parametrize("distribution, release, path, text", [
-    ("k3s", RELEASE, TEMPLATE, USER_TEMPLATE),
-    ("containerd", "2.1.4", CONFIG, USER_CONFIG),
-])
+@pytest.mark.parametrize("distribution, release, path, text", USER_FILES)
 def test_absent_puts_the_original_back_and_removes_the_bookkeeping(sandbox, distribution, release, path, text):
     sandbox.k3s("k3s", "package")
     sandbox.write(path, text)

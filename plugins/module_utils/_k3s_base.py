@@ -5,8 +5,8 @@
 
 """What the k3s/rke2 base template renders (the generated config.toml), per template era, as data.
 
-PRIVATE to the collection. Stdlib only and self-contained: the stand-in k3s of the node tests
-(tests/nodes) carries this file as it is.
+PRIVATE to the collection. Stdlib only and self-contained: it runs on a node (_plan reads which tables the
+base emits; Python 3.8+), and the stand-in k3s of the node tests (tests/nodes) carries this file as it is.
 
 Each era below lists, in order, the tables the base emits and their keys, with the template's
 parameters (root, state, socket, snapshotter, pause image, CNI dirs, SystemdCgroup, the default
@@ -18,7 +18,9 @@ compose() builds what k3s loads from a template whose only action is the base li
 k3s and the conformance cases); the template model (_template_check) renders any other template.
 """
 
-from __future__ import annotations
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
 
 import json
 
@@ -144,6 +146,19 @@ def render_base(profile, schema, params):
 
 def base_table_paths(profile, schema, params):
     return [path for path, _keys in base_tables(profile, schema, params)[1]]
+
+
+# Parameters that change only the values the base renders, never which tables it emits.
+_VALUE_ONLY_PARAMS = dict.fromkeys(("containerd_dir", "root", "state", "address", "opt", "pause_image", "snapshotter",
+                                    "cni_bin_dir", "cni_conf_dir", "registry_dir"), "")
+
+
+def emitted_table_paths(profile, schema, default_runtime_set):
+    """The tables the base emits for this release and schema, the detected runtimes' own tables left out
+    (a node's planner counts those apart: a template may render the base without ranging over them)."""
+    params = dict(_VALUE_ONLY_PARAMS, detected=[], systemd_cgroup=False,
+                  default_runtime="default" if default_runtime_set else None)
+    return base_table_paths(profile, schema, params)
 
 
 BASE_LINE = '{{ template "base" . }}'
