@@ -329,7 +329,7 @@ def normalize_runtimes(facts, requested):
         name = item.get("name")
         check_runtime_name(name)
         if name in seen:
-            raise K3sGpuError("runtime %s is listed twice in runtimes" % name)
+            raise K3sGpuError("runtime %s is listed twice in {runtimes}" % name, "list it once", "runtimes")
         seen.add(name)
         runtime_type = item.get("runtime_type") or distro.RUNC_V2
         binary = item.get("binary")
@@ -424,9 +424,10 @@ def make_plan(facts, runtimes=None, state="present", default_runtime=None, enabl
     set_elsewhere = bool(current.get("value")) and current.get("source") != facts["paths"].get("default_runtime_file")
     if how == "toml" and set_elsewhere:
         raise K3sGpuError(
-            "default_runtime %s must go into the containerd config (k3s does not detect it), but %s sets "
-            "default-runtime: %s, which k3s validates against its detected runtimes. Remove that setting" % (
-                plan["default_runtime"]["name"], current["source"], current["value"]))
+            "{default_runtime} %s must go into the containerd config (k3s does not detect it), but %s sets "
+            "default-runtime: %s, which k3s validates against its detected runtimes" % (
+                plan["default_runtime"]["name"], current["source"], current["value"]), "remove that setting",
+            "default_runtime")
     # after the next restart k3s passes --default-runtime when config.yaml(.d) or the unit sets it
     via_flag = how == "config_yaml" or (set_elsewhere and how != "toml") or (
         how is None and bool(current.get("value")) and state == "present")
@@ -469,21 +470,23 @@ def _plan_default_runtime(facts, plan, name, renders, label):
             raise K3sGpuError("%s has no default-runtime setting (it came with v1.28.5 and v1.29.0); "
                             "upgrade, or give pods runtimeClassName instead" % label)
         if name == "runc":
-            raise K3sGpuError("default_runtime runc: %s checks default-runtime against the runtimes it detects, "
-                            "which never include runc, so it would not start. runc is already the default: "
-                            "leave default_runtime unset" % label)
+            raise K3sGpuError("{default_runtime} runc: %s checks default-runtime against the runtimes it detects, "
+                              "which never include runc, so it would not start" % label,
+                              "runc is already the default: leave {default_runtime} unset", "default_runtime")
         if name in renders:
             plan["default_runtime"] = {"name": name, "how": "config_yaml", "path": facts["paths"]["default_runtime_file"]}
             return
         if name not in written:
-            raise K3sGpuError("default_runtime %s is neither detected by %s nor written by this task; "
-                            "k3s would refuse to start (`default runtime %s was not found`)" % (name, label, name))
+            raise K3sGpuError("{default_runtime} %s is neither detected by %s nor written by this task; "
+                              "k3s would refuse to start (`default runtime %s was not found`)" % (name, label, name),
+                              "set {default_runtime} to a runtime the node has, or add it to {runtimes}",
+                              ("default_runtime", "runtimes"))
         if target["mode"] == MODE_TEMPLATE and target["schema"] == 2 and template_includes_base(facts, target):
             raise K3sGpuError(
-                "default_runtime %s: %s does not detect this runtime, so it must be set as "
+                "{default_runtime} %s: %s does not detect this runtime, so it must be set as "
                 "default_runtime_name in the containerd config, but the schema-2 base template already emits "
-                "the table that holds it. Install the runtime where k3s detects it (then default-runtime: "
-                "works), or use a release with containerd 2 (v1.31.6+, v1.32.2+)" % (name, label))
+                "the table that holds it" % (name, label), "install the runtime where k3s detects it (then "
+                "default-runtime: works), or use a release with containerd 2 (v1.31.6+, v1.32.2+)", "default_runtime")
         plan["default_runtime"] = {"name": name, "how": "toml", "path": target["path"]}
         return
     if name not in written and name != "runc":
@@ -497,19 +500,20 @@ def _plan_enable_cdi(facts, plan, enable_cdi, label):
     profile = facts["profile"]
     target = plan["target"]
     if enable_cdi and not profile["cdi_supported"]:
-        raise K3sGpuError("enable_cdi: containerd %s (%s) has no CDI support; it came with containerd 1.7" % (
-            profile["containerd"], label))
+        raise K3sGpuError("{enable_cdi}: containerd %s (%s) has no CDI support; it came with containerd 1.7" % (
+            profile["containerd"], label), "leave {enable_cdi} unset, or upgrade containerd", "enable_cdi")
     if target["mode"] == MODE_TEMPLATE and template_includes_base(facts, target):
         if bool(enable_cdi) == profile["cdi_default_on"]:
             plan["notes"].append("enable_cdi: containerd %s already has enable_cdi = %s by default" % (
                 profile["containerd"], str(bool(enable_cdi)).lower()))
             return
         raise K3sGpuError(
-            "enable_cdi: %s ships containerd %s, where enable_cdi defaults to %s, and its base template "
+            "{enable_cdi}: %s ships containerd %s, where enable_cdi defaults to %s, and its base template "
             "already emits [plugins.\"%s\"] that holds it, so a template cannot set it without breaking "
-            "containerd. Use a release with containerd 2 (v1.31.6+, v1.32.2+, CDI on by default), or leave "
-            "enable_cdi unset" % (label, profile["containerd"], str(profile["cdi_default_on"]).lower(),
-                                  distro.CRI_RUNTIME_PLUGIN[target["schema"]]))
+            "containerd" % (label, profile["containerd"], str(profile["cdi_default_on"]).lower(),
+                            distro.CRI_RUNTIME_PLUGIN[target["schema"]]),
+            "use a release with containerd 2 (v1.31.6+, v1.32.2+, CDI on by default), or leave {enable_cdi} unset",
+            "enable_cdi")
     plan["enable_cdi"] = bool(enable_cdi)
 
 

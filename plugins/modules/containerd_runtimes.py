@@ -236,6 +236,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+error:
+  description:
+    - When the task refuses, C(cause), C(fix) and C(variables), the options the fix names (written V({option}) in the
+      text); RV(ignore:msg) is the same text with the option names.
+  returned: failure
+  type: dict
 distribution:
   description: V(k3s), V(rke2) or V(containerd).
   returned: always

@@ -455,13 +455,13 @@ def _check_args(facts, params):
     if not target_release:
         return None
     if facts["distribution"] == distro.CONTAINERD:
-        raise K3sGpuError("target_release is for k3s and rke2 nodes (their templates change with the release); "
-                                "this node runs plain containerd")
+        raise K3sGpuError("{target_release} is for k3s and rke2 nodes (their templates change with the release); "
+                          "this node runs plain containerd", "leave {target_release} unset here", "target_release")
     try:
         return distro.profile(facts["distribution"], target_release,
                               params.get("newer_release") or distro.NEWER_RELEASE_REFUSE)
     except K3sGpuError as exc:
-        raise K3sGpuError("target_release: %s" % exc)
+        raise K3sGpuError("{target_release}: %s" % exc.cause, exc.fix, ("target_release",) + exc.variables) from exc
 
 
 def _template_reader(facts, plan, params):
