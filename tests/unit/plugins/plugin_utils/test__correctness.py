@@ -359,11 +359,18 @@ def test_a_plain_dropin_follows_another_dropin_that_names_the_default(sandbox):
     assert nvidia["options"]["SystemdCgroup"] is False and nvidia["privileged_without_host_devices"] is True
 
 
-def test_k3s_dropin_follows_a_users_dropin_that_makes_another_runtime_the_default(sandbox):
+def systemd_k3s_changes(sandbox, release, files=()):
+    """changes.compute on a k3s node that systemd runs, with these (path, text) files written first."""
     sandbox.k3s("k3s", "package")
     sandbox.mkdir("/run/systemd/system")
-    sandbox.write("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/10-crun.toml", CRUN_DROPIN_K3S)
-    plan, file_changes = changes.compute(detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1"), {"state": "present"})
+    for path, text in files:
+        sandbox.write(path, text)
+    return changes.compute(detect.gather(sandbox.root, "k3s", release), {"state": "present"})
+
+
+def test_k3s_dropin_follows_a_users_dropin_that_makes_another_runtime_the_default(sandbox):
+    plan, file_changes = systemd_k3s_changes(sandbox, "v1.33.10+k3s1", [
+        ("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/10-crun.toml", CRUN_DROPIN_K3S)])
     assert plan["target"]["mode"] == planner.MODE_DROPIN
     legacy = nvidia_tables(file_changes[0]["after"])["nvidia-legacy"]
     assert legacy["options"] == {"BinaryName": "/usr/bin/nvidia-container-runtime.legacy", "SystemdCgroup": False}
@@ -371,10 +378,8 @@ def test_k3s_dropin_follows_a_users_dropin_that_makes_another_runtime_the_defaul
 
 
 def test_k3s_template_that_makes_another_runtime_the_default(sandbox):
-    sandbox.k3s("k3s", "package")
-    sandbox.mkdir("/run/systemd/system")
-    sandbox.write("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl", '{{ template "base" . }}\n\n' + CRUN_DROPIN_K3S)
-    plan, file_changes = changes.compute(detect.gather(sandbox.root, "k3s", "v1.32.2+k3s1"), {"state": "present"})
+    plan, file_changes = systemd_k3s_changes(sandbox, "v1.32.2+k3s1", [
+        ("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl", '{{ template "base" . }}\n\n' + CRUN_DROPIN_K3S)])
     assert plan["target"]["mode"] == planner.MODE_TEMPLATE
     legacy = nvidia_tables(file_changes[0]["after"])["nvidia-legacy"]
     assert legacy["options"]["SystemdCgroup"] is False and legacy["privileged_without_host_devices"] is True
@@ -382,9 +387,7 @@ def test_k3s_template_that_makes_another_runtime_the_default(sandbox):
 
 def test_k3s_without_another_default_keeps_k3s_systemd_cgroup(sandbox):
     # the mirror: nothing names another default, so the new runtimes get SystemdCgroup as k3s gives its own
-    sandbox.k3s("k3s", "package")
-    sandbox.mkdir("/run/systemd/system")
-    plan, file_changes = changes.compute(detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1"), {"state": "present"})
+    plan, file_changes = systemd_k3s_changes(sandbox, "v1.33.10+k3s1")
     legacy = nvidia_tables(file_changes[0]["after"])["nvidia-legacy"]
     assert legacy["options"] == {"BinaryName": "/usr/bin/nvidia-container-runtime.legacy", "SystemdCgroup": True}
     assert "privileged_without_host_devices" not in legacy
