@@ -23,6 +23,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as check
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.tests.containerd_tables import CRUN, RUNC_SYSTEMD, default_runtime
 
 from . import lab
 
@@ -37,19 +38,7 @@ def crun_config(schema, default="crun", imports=None):
     text = "version = %d\n" % schema
     if imports:
         text += "imports = ['%s']\n" % imports
-    return text + """[%(t)s]
-  default_runtime_name = "%(d)s"
-[%(t)s.runtimes.crun]
-  runtime_type = "io.containerd.runc.v2"
-  privileged_without_host_devices = true
-[%(t)s.runtimes.crun.options]
-  BinaryName = "/usr/bin/crun"
-  SystemdCgroup = false
-[%(t)s.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-[%(t)s.runtimes.runc.options]
-  SystemdCgroup = true
-""" % {"t": CRI[schema], "d": default}
+    return text + (default_runtime(default) + CRUN + RUNC_SYSTEMD) % {"t": CRI[schema]}
 
 
 def release_of(line):

@@ -22,6 +22,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as pla
 from ansible_collections.k3s_gpu.nvidia.plugins.modules import node_files
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.tests.containerd_tables import CRUN, RUNC_SYSTEMD, default_runtime
 
 RELEASE = "v1.30.6+k3s1"
 TEMPLATE_V2 = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"
@@ -294,20 +295,8 @@ def test_backups_are_pruned_to_the_newest(tmp_path, capsys):
 CONFIG = "/etc/containerd/config.toml"
 NVIDIA = ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy")
 # crun (a runc shim with its own binary, SystemdCgroup off) as the default runtime, beside runc (SystemdCgroup on)
-CRUN_DROPIN_K3S = """[%(t)s]
-  default_runtime_name = "crun"
-[%(t)s.runtimes.crun]
-  runtime_type = "io.containerd.runc.v2"
-  privileged_without_host_devices = true
-[%(t)s.runtimes.crun.options]
-  BinaryName = "/usr/bin/crun"
-  SystemdCgroup = false
-""" % {"t": V3}
-CRUN_DEFAULT = "version = 3\n" + CRUN_DROPIN_K3S + """[%(t)s.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-[%(t)s.runtimes.runc.options]
-  SystemdCgroup = true
-""" % {"t": V3}
+CRUN_DROPIN_K3S = (default_runtime("crun") + CRUN) % {"t": V3}
+CRUN_DEFAULT = "version = 3\n" + CRUN_DROPIN_K3S + RUNC_SYSTEMD % {"t": V3}
 
 
 def plain_node(sandbox, text, dropins=None, release="2.1.9"):
