@@ -35,3 +35,44 @@ def runtime(name, runtime_type="io.containerd.runc.v2", options=(), **keys):
 RUNC_SYSTEMD = runtime("runc", options=[("SystemdCgroup", True)])
 # crun: a runc shim with its own binary, privileged pods without every host device, SystemdCgroup off
 CRUN = runtime("crun", privileged_without_host_devices=True, options=[("BinaryName", "/usr/bin/crun"), ("SystemdCgroup", False)])
+
+# what `nvidia-ctk runtime configure --config config.toml.tmpl` writes on a k3s node: plain TOML, no base include
+NVIDIA_CTK_V2 = """version = 2
+
+[plugins]
+
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "rancher/mirrored-pause:3.6"
+
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/var/lib/rancher/k3s/data/current/bin"
+      conf_dir = "/var/lib/rancher/k3s/agent/etc/cni/net.d"
+
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      default_runtime_name = "runc"
+      snapshotter = "overlayfs"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]
+
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+          privileged_without_host_devices = false
+          runtime_type = "io.containerd.runc.v2"
+
+          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+            BinaryName = "/usr/bin/nvidia-container-runtime"
+            SystemdCgroup = true
+
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia-cdi]
+          privileged_without_host_devices = false
+          runtime_type = "io.containerd.runc.v2"
+
+          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia-cdi.options]
+            BinaryName = "/usr/bin/nvidia-container-runtime.cdi"
+            SystemdCgroup = true
+
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+          runtime_type = "io.containerd.runc.v2"
+
+          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+            SystemdCgroup = true
+"""

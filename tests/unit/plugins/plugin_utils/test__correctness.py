@@ -22,7 +22,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as pla
 from ansible_collections.k3s_gpu.nvidia.plugins.modules import node_files
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
-from ansible_collections.k3s_gpu.nvidia.tests.containerd_tables import CRUN, RUNC_SYSTEMD, default_runtime
+from ansible_collections.k3s_gpu.nvidia.tests.containerd_tables import CRUN, NVIDIA_CTK_V2, RUNC_SYSTEMD, default_runtime
 
 RELEASE = "v1.30.6+k3s1"
 TEMPLATE_V2 = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"
@@ -38,47 +38,6 @@ USER_NVIDIA = """{{ template "base" . }}
   BinaryName = "/usr/bin/nvidia-container-runtime"
   SystemdCgroup = false
 """ % {"t": V2}
-
-# what `nvidia-ctk runtime configure --config config.toml.tmpl` writes: plain TOML, no base include
-CTK_TEMPLATE = """version = 2
-
-[plugins]
-
-  [plugins."io.containerd.grpc.v1.cri"]
-    sandbox_image = "rancher/mirrored-pause:3.6"
-
-    [plugins."io.containerd.grpc.v1.cri".cni]
-      bin_dir = "/var/lib/rancher/k3s/data/current/bin"
-      conf_dir = "/var/lib/rancher/k3s/agent/etc/cni/net.d"
-
-    [plugins."io.containerd.grpc.v1.cri".containerd]
-      default_runtime_name = "runc"
-      snapshotter = "overlayfs"
-
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]
-
-        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
-          privileged_without_host_devices = false
-          runtime_type = "io.containerd.runc.v2"
-
-          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
-            BinaryName = "/usr/bin/nvidia-container-runtime"
-            SystemdCgroup = true
-
-        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia-cdi]
-          privileged_without_host_devices = false
-          runtime_type = "io.containerd.runc.v2"
-
-          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia-cdi.options]
-            BinaryName = "/usr/bin/nvidia-container-runtime.cdi"
-            SystemdCgroup = true
-
-        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-          runtime_type = "io.containerd.runc.v2"
-
-          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-            SystemdCgroup = true
-"""
 
 
 def k3s_node(sandbox, template, binaries=("nvidia-container-runtime", "nvidia-container-runtime.cdi",
@@ -169,11 +128,11 @@ def test_a_users_existing_table_keeps_its_settings(sandbox):
     ("nvidia-container-runtime", "nvidia-container-runtime.legacy"),  # .cdi comes with the install: no base, no duplicate
 ])
 def test_a_template_without_the_base_include_is_edited_and_warned(sandbox, binaries):
-    facts = k3s_node(sandbox, CTK_TEMPLATE, binaries)
+    facts = k3s_node(sandbox, NVIDIA_CTK_V2, binaries)
     assert changes.refusal_before_install(facts) is None
     plan, file_changes = changes.compute(facts, {"state": "present"})
     after = file_changes[0]["after"]
-    assert after.startswith(CTK_TEMPLATE)  # every user line kept, byte for byte
+    assert after.startswith(NVIDIA_CTK_V2)  # every user line kept, byte for byte
     assert sorted(runtimes_of(after)) == ["nvidia", "nvidia-cdi", "nvidia-legacy", "runc"]
     assert "nvidia-legacy" in [r["name"] for r in plan["write"]]
     (warning,) = [w for w in plan["warnings"] if "[no_base]" in w]
@@ -200,7 +159,7 @@ def test_the_mirror_with_the_base_include_is_still_refused(sandbox):
 
 def test_default_runtime_and_enable_cdi_in_a_template_without_base(sandbox):
     # the schema-2 base emits the tables that hold them; a template without the base include does not
-    facts = k3s_node(sandbox, CTK_TEMPLATE, release="v1.29.4+k3s1")
+    facts = k3s_node(sandbox, NVIDIA_CTK_V2, release="v1.29.4+k3s1")
     plan, file_changes = changes.compute(facts, {"state": "present", "default_runtime": "nvidia-legacy",
                                                  "enable_cdi": True})
     data = tomllib.loads(file_changes[0]["after"])
