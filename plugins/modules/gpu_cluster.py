@@ -118,7 +118,8 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_C
 
 
 def main():
-    refuse_outside_action("k3s_gpu.nvidia.gpu_cluster runs through its action plugin, inside the collection's playbooks", GPU_CLUSTER_SPEC, required_if=GPU_CLUSTER_REQUIRED_IF)
+    refuse_outside_action("k3s_gpu.nvidia.gpu_cluster runs through its action plugin, inside the collection's playbooks",
+                          GPU_CLUSTER_SPEC, required_if=GPU_CLUSTER_REQUIRED_IF)
 
 
 if __name__ == "__main__":

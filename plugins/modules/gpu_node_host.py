@@ -80,7 +80,8 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_N
 
 
 def main():
-    refuse_outside_action("k3s_gpu.nvidia.gpu_node_host runs through its action plugin, inside the role k3s_gpu.nvidia.gpu_node", GPU_NODE_HOST_SPEC, required_if=GPU_NODE_HOST_REQUIRED_IF)
+    refuse_outside_action("k3s_gpu.nvidia.gpu_node_host runs through its action plugin, inside the role k3s_gpu.nvidia.gpu_node",
+                          GPU_NODE_HOST_SPEC, required_if=GPU_NODE_HOST_REQUIRED_IF)
 
 
 if __name__ == "__main__":
