@@ -22,6 +22,7 @@ import time
 from ansible.plugins.callback import CallbackBase
 
 
+# the callback header Ansible asks for, as in fleet/callback_plugins/fleet_events.py (another plugin directory) (docs/architecture-duplicates.md)
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"

@@ -16,12 +16,12 @@ class ActionModule(SpecAction):
 
     ARGUMENT_SPEC = configure.SPEC
 
-    def run_validated(self, result, params, task_vars):
+    def run_validated(self, result, args, task_vars):
 
-        def execute_module(name, args):
-            return self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
+        def execute_module(name, module_args):
+            return self._execute_module(module_name=name, module_args=module_args, task_vars=task_vars)
 
         try:
-            return configure.run(result, params, execute_module, self._task.diff)
+            return configure.run(result, args, execute_module, self._task.diff)
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)

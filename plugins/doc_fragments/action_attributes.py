@@ -33,5 +33,6 @@ attributes:
     support: full
   platform:
     description: The target operating systems.
+    support: N/A
     platforms: posix
 """

@@ -73,6 +73,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._filter import one_filter
 
 
 def containerd_runtime_blocks(data, schema=None, systemd_cgroup=None):
@@ -112,6 +113,4 @@ def containerd_runtime_blocks(data, schema=None, systemd_cgroup=None):
         raise AnsibleFilterError("containerd_runtime_blocks: %s" % exc)
 
 
-class FilterModule:
-    def filters(self):
-        return {"containerd_runtime_blocks": containerd_runtime_blocks}
+FilterModule = one_filter(containerd_runtime_blocks)

@@ -43,6 +43,7 @@ from collections.abc import Mapping
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as gpu_operator
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._filter import one_filter
 
 
 def gpu_operator_manifest(plan):
@@ -54,6 +55,4 @@ def gpu_operator_manifest(plan):
         raise AnsibleFilterError("gpu_operator_manifest: %s" % exc) from exc
 
 
-class FilterModule:
-    def filters(self):
-        return {"gpu_operator_manifest": gpu_operator_manifest}
+FilterModule = one_filter(gpu_operator_manifest)

@@ -95,6 +95,7 @@ _value:
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as gpu_operator
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._filter import one_filter
 
 
 def gpu_operator_plan(cluster, settings, nodes):
@@ -104,6 +105,4 @@ def gpu_operator_plan(cluster, settings, nodes):
         raise AnsibleFilterError("gpu_operator_plan: %s" % exc) from exc
 
 
-class FilterModule:
-    def filters(self):
-        return {"gpu_operator_plan": gpu_operator_plan}
+FilterModule = one_filter(gpu_operator_plan)

@@ -54,6 +54,7 @@ from collections.abc import Mapping
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._filter import one_filter
 
 
 def runtimeclass_manifest(data):
@@ -68,6 +69,4 @@ def runtimeclass_manifest(data):
         raise AnsibleFilterError("runtimeclass_manifest: %s" % exc) from exc
 
 
-class FilterModule:
-    def filters(self):
-        return {"runtimeclass_manifest": runtimeclass_manifest}
+FilterModule = one_filter(runtimeclass_manifest)

@@ -126,6 +126,7 @@ _value:
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._filter import one_filter
 
 
 def runtimeclass_plan(cluster, nodes, node_selector=None, overhead=None, select_by_handler_label=False):
@@ -136,6 +137,4 @@ def runtimeclass_plan(cluster, nodes, node_selector=None, overhead=None, select_
         raise AnsibleFilterError("runtimeclass_plan: %s" % exc) from exc
 
 
-class FilterModule:
-    def filters(self):
-        return {"runtimeclass_plan": runtimeclass_plan}
+FilterModule = one_filter(runtimeclass_plan)

@@ -149,6 +149,6 @@ GPU_DOCTOR_SPEC = dict(
 )
 
 
-def refuse_outside_action(message, argument_spec, **options):
+def refuse_outside_action(message, argument_spec, required_if=None):
     """The main() of a module that documents an action plugin: the arguments checked, then the refusal."""
-    AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, **options).fail_json(msg=message)
+    AnsibleModule(argument_spec=argument_spec, required_if=required_if, supports_check_mode=True).fail_json(msg=message)

@@ -114,11 +114,12 @@ chart_archives:
   elements: dict
 """
 
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_CLUSTER_REQUIRED_IF, GPU_CLUSTER_SPEC, refuse_outside_action
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_CLUSTER_REQUIRED_IF as REQUIRED_IF
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_CLUSTER_SPEC as SPEC, refuse_outside_action
 
 
 def main():
-    refuse_outside_action("k3s_gpu.nvidia.gpu_cluster runs through its action plugin, inside the collection's playbooks", GPU_CLUSTER_SPEC, required_if=GPU_CLUSTER_REQUIRED_IF)
+    refuse_outside_action("k3s_gpu.nvidia.gpu_cluster runs through its action plugin, inside the collection's playbooks", SPEC, REQUIRED_IF)
 
 
 if __name__ == "__main__":

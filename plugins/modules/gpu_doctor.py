@@ -8,6 +8,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+# the documentation header every module opens with, alike in the doc-only modules (docs/architecture-duplicates.md)
 DOCUMENTATION = r"""
 module: gpu_doctor
 short_description: Internal - the report of the k3s_gpu.nvidia.doctor playbook

@@ -82,11 +82,12 @@ doctor:
   type: dict
 """
 
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_NODE_HOST_REQUIRED_IF, GPU_NODE_HOST_SPEC, refuse_outside_action
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_NODE_HOST_REQUIRED_IF as REQUIRED_IF
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import GPU_NODE_HOST_SPEC as SPEC, refuse_outside_action
 
 
 def main():
-    refuse_outside_action("k3s_gpu.nvidia.gpu_node_host runs through its action plugin, inside the role k3s_gpu.nvidia.gpu_node", GPU_NODE_HOST_SPEC, required_if=GPU_NODE_HOST_REQUIRED_IF)
+    refuse_outside_action("k3s_gpu.nvidia.gpu_node_host runs through its action plugin, inside the role k3s_gpu.nvidia.gpu_node", SPEC, REQUIRED_IF)
 
 
 if __name__ == "__main__":

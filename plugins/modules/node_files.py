@@ -78,24 +78,13 @@ options:
           - Permissions of the file (octal string). An existing file keeps its mode when this is not given;
             a new one gets V(0600).
         type: raw
-      owner:
-        description: Owner of the file.
-        type: str
-      group:
-        description: Group of the file.
-        type: str
-      seuser:
-        description: SELinux user of the file.
-        type: str
-      serole:
-        description: SELinux role of the file.
-        type: str
-      setype:
-        description: SELinux type of the file.
-        type: str
-      selevel:
-        description: SELinux level of the file.
-        type: str
+      # the file's ownership and SELinux context, one line each (as ansible.builtin.file takes them)
+      owner: {description: Owner of the file., type: str}
+      group: {description: Group of the file., type: str}
+      seuser: {description: SELinux user of the file., type: str}
+      serole: {description: SELinux role of the file., type: str}
+      setype: {description: SELinux type of the file., type: str}
+      selevel: {description: SELinux level of the file., type: str}
       attributes:
         description: Filesystem attributes of the file, as C(chattr) takes them (for example V(+i)).
         type: str

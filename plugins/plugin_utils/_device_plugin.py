@@ -415,6 +415,7 @@ def _check_settings(settings):
     return checked
 
 
+# twin of _gpu_operator._cluster_profile but for its error type and message; one helper once the errors are one type (docs/architecture-duplicates.md)
 def _cluster_profile(cluster):
     if not isinstance(cluster, Mapping) or cluster.get("distribution") not in (distro.K3S, distro.RKE2):
         raise K3sGpuError("cluster must be the runtime_info result of a k3s or rke2 server (distribution, "

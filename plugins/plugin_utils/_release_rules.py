@@ -214,6 +214,7 @@ def helmchart_spec_fields(profile):
 # is reported as unverified). Read from k3s's pkg/daemons/config and pkg/agent/templates at the k3s
 # commit each rke2 tag pins, 18 eras from v1.28.0 to the March-2026 releases; 1.36/1.37 are assumed
 # to be the March-2026 era (their source could not be read). Sources: docs/template-data.md.
+# one row per field, as k3s's structs list them: rows alike by nature (docs/architecture-duplicates.md)
 TEMPLATE_FIELDS = (
     ("DisableCgroup", "bool", None),
     ("EnableUnprivileged", "bool", None),

@@ -18,11 +18,12 @@ import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as check
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.tests.containerd_tables import CRUN, NVIDIA_CTK_V2, RUNC_SYSTEMD, default_runtime
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 from . import lab
@@ -38,19 +39,7 @@ def crun_config(schema, default="crun", imports=None):
     text = "version = %d\n" % schema
     if imports:
         text += "imports = ['%s']\n" % imports
-    return text + """[%(t)s]
-  default_runtime_name = "%(d)s"
-[%(t)s.runtimes.crun]
-  runtime_type = "io.containerd.runc.v2"
-  privileged_without_host_devices = true
-[%(t)s.runtimes.crun.options]
-  BinaryName = "/usr/bin/crun"
-  SystemdCgroup = false
-[%(t)s.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-[%(t)s.runtimes.runc.options]
-  SystemdCgroup = true
-""" % {"t": CRI[schema], "d": default}
+    return text + (default_runtime(default) + CRUN + RUNC_SYSTEMD) % {"t": CRI[schema]}
 
 
 def release_of(line):
@@ -118,38 +107,6 @@ def test_a_dropin_follows_the_default_another_dropin_names(lab_versions, tmp_pat
 
 # --- 2. a template without the base include -----------------------------------------------------------------
 
-CTK_V2 = """version = 2
-
-[plugins]
-
-  [plugins."io.containerd.grpc.v1.cri"]
-    sandbox_image = "rancher/mirrored-pause:3.6"
-
-    [plugins."io.containerd.grpc.v1.cri".containerd]
-      default_runtime_name = "runc"
-
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]
-
-        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
-          runtime_type = "io.containerd.runc.v2"
-
-          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
-            BinaryName = "/usr/bin/nvidia-container-runtime"
-            SystemdCgroup = true
-
-        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia-cdi]
-          runtime_type = "io.containerd.runc.v2"
-
-          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia-cdi.options]
-            BinaryName = "/usr/bin/nvidia-container-runtime.cdi"
-            SystemdCgroup = true
-
-        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-          runtime_type = "io.containerd.runc.v2"
-
-          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-            SystemdCgroup = true
-"""
 K3S_RELEASE = "v1.30.6+k3s1"  # containerd 1.7, schema 2, no drop-ins
 TEMPLATE_V2 = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"
 
@@ -162,11 +119,11 @@ def k3s_node(tmp_path, template):
 
 
 def test_a_template_without_base_is_edited_into_a_config_containerd_loads(lab_versions, tmp_path):
-    node = k3s_node(tmp_path, CTK_V2)
+    node = k3s_node(tmp_path, NVIDIA_CTK_V2)
     facts, plan, file_changes = node.converge("k3s", K3S_RELEASE)
     assert [c["node_path"] for c in file_changes] == [TEMPLATE_V2]
     after = node.read(TEMPLATE_V2)
-    assert after.startswith(CTK_V2)
+    assert after.startswith(NVIDIA_CTK_V2)
     assert any("[no_base]" in w for w in plan["warnings"])
     # k3s renders this file alone: what containerd loads is the file
     rendered = check.render(after, facts, 2)

@@ -63,26 +63,36 @@ def failed(result, phase, error):
     assert result["error"] == error, result
 
 
+def exec_error(position, action, reason, template="compiled_template"):
+    """Go's error for an action of template that fails when it runs (position: line:column)."""
+    return 'template: %s:%s: executing "%s" at <%s>: %s' % (template, position, template, action, reason)
+
+
+def not_defined(name):
+    return 'template "%s" not defined' % name
+
+
+def no_entry(key):
+    return 'map has no entry for key "%s"' % key
+
+
 # ---------------------------------------------------------------- unknown template, missing field
 def test_unknown_template_fails_at_exec_not_parse(oracle):
     assert ok(run(oracle, '{{ template "base" . }}')) == BASE_OUT
-    failed(run(oracle, '{{ template "bsae" . }}'), "exec",
-           'template: compiled_template:1:12: executing "compiled_template" at <{{template "bsae" .}}>: template "bsae" not defined')
+    failed(run(oracle, '{{ template "bsae" . }}'), "exec", exec_error("1:12", '{{template "bsae" .}}', not_defined("bsae")))
     # Go checks the name only when the action runs: a branch not taken renders fine.
     assert ok(run(oracle, '{{ if .SystemdCgroup }}on{{ else }}{{ template "bsae" . }}{{ end }}')) == "on"
 
 
 def test_missing_field_fails_at_exec(oracle):
     assert ok(run(oracle, "{{ if .NodeConfig.SELinux }}yes{{ else }}no{{ end }}")) == "no"
-    failed(run(oracle, "{{ if .NodeConfig.Gone }}x{{ end }}"), "exec",
-           'template: compiled_template:1:17: executing "compiled_template" at <.NodeConfig.Gone>: map has no entry for key "Gone"')
-    failed(run(oracle, "{{ .Gone }}"), "exec",
-           'template: compiled_template:1:3: executing "compiled_template" at <.Gone>: map has no entry for key "Gone"')
+    failed(run(oracle, "{{ if .NodeConfig.Gone }}x{{ end }}"), "exec", exec_error("1:17", ".NodeConfig.Gone", no_entry("Gone")))
+    failed(run(oracle, "{{ .Gone }}"), "exec", exec_error("1:3", ".Gone", no_entry("Gone")))
 
 
 def test_missing_field_in_base_fails_at_exec_of_main(oracle):
     failed(run(oracle, '{{ template "base" . }}', data={"Program": "k3s", "NodeConfig": {}}), "exec",
-           'template: base:4:24: executing "base" at <.NodeConfig.Containerd.Opt>: map has no entry for key "Containerd"')
+           exec_error("4:24", ".NodeConfig.Containerd.Opt", no_entry("Containerd"), template="base"))
 
 
 # ---------------------------------------------------------------- whitespace, comments
@@ -157,17 +167,14 @@ def test_base_include_renders_base_in_place(oracle):
     main = 'head\n{{ template "base" . }}\n[plugins."mine"]\n  SystemdCgroup = {{ .SystemdCgroup }}\n'
     assert ok(run(oracle, main)) == "head\n" + BASE_OUT + '\n[plugins."mine"]\n  SystemdCgroup = true\n'
     assert ok(run(oracle, '{{ template "base" . }}{{ template "base" . }}')) == BASE_OUT + BASE_OUT
-    failed(run(oracle, '{{ template "base" . }}', base=None), "exec",
-           'template: compiled_template:1:12: executing "compiled_template" at <{{template "base" .}}>: template "base" not defined')
+    failed(run(oracle, '{{ template "base" . }}', base=None), "exec", exec_error("1:12", '{{template "base" .}}', not_defined("base")))
     assert ok(run(oracle, "")) == ""  # an empty template renders an empty config
 
 
 def test_actions_in_toml_comments_execute(oracle):
     assert ok(run(oracle, "# program: {{ .Program }}\nx = 1\n")) == "# program: k3s\nx = 1\n"
-    failed(run(oracle, '# {{ template "bsae" . }}\nx = 1\n'), "exec",
-           'template: compiled_template:1:14: executing "compiled_template" at <{{template "bsae" .}}>: template "bsae" not defined')
-    failed(run(oracle, "x = 1\n# {{ .NodeConfig.Gone }}\n"), "exec",
-           'template: compiled_template:2:16: executing "compiled_template" at <.NodeConfig.Gone>: map has no entry for key "Gone"')
+    failed(run(oracle, '# {{ template "bsae" . }}\nx = 1\n'), "exec", exec_error("1:14", '{{template "bsae" .}}', not_defined("bsae")))
+    failed(run(oracle, "x = 1\n# {{ .NodeConfig.Gone }}\n"), "exec", exec_error("2:16", ".NodeConfig.Gone", no_entry("Gone")))
     failed(run(oracle, "# {{ if .Program }}\n"), "parse", "template: compiled_template:2: unexpected EOF")  # EOF after the newline
 
 

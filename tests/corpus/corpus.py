@@ -50,22 +50,23 @@ def _fail(case_id, msg):
     raise CorpusError("tests/corpus/cases.yml, case %s: %s" % (case_id, msg))
 
 
-def _check_codes(cid, codes, what):
-    if not isinstance(codes, list) or not all(isinstance(c, str) for c in codes):
-        _fail(cid, "%s must be a list of finding codes" % what)
-    unknown = sorted(set(codes) - CODES)
+def _check_names(cid, value, what, kind, known, unknown_message):
+    """value: a list of strings (kind names them), all in known; unknown_message takes what and the others."""
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        _fail(cid, "%s must be a list of %s" % (what, kind))
+    unknown = sorted(set(value) - known)
     if unknown:
-        _fail(cid, "unknown finding code(s) in %s: %s" % (what, ", ".join(unknown)))
+        _fail(cid, unknown_message % (what, ", ".join(unknown)))
+
+
+def _check_codes(cid, codes, what):
+    _check_names(cid, codes, what, "finding codes", CODES, "unknown finding code(s) in %s: %s")
     if len(set(codes)) != len(codes):
         _fail(cid, "%s lists a code twice" % what)
 
 
 def _check_runtimes(cid, value, what):
-    if not isinstance(value, list) or not all(isinstance(r, str) for r in value):
-        _fail(cid, "%s must be a list of runtime names" % what)
-    bad = sorted(set(value) - NVIDIA_RUNTIMES)
-    if bad:
-        _fail(cid, "%s names runtimes k3s does not detect as NVIDIA runtimes: %s" % (what, ", ".join(bad)))
+    _check_names(cid, value, what, "runtime names", NVIDIA_RUNTIMES, "%s names runtimes k3s does not detect as NVIDIA runtimes: %s")
 
 
 def validate(entry, seen_ids):

@@ -114,16 +114,20 @@ def write_indexes(dist_dir):
 class Gpg:
     """A throw-away GNUPGHOME holding one cached signing key (made once, no passphrase)."""
 
+    key_dir = KEY_DIR  # where the key is cached between runs
+    key_kind = "repo"
+    key_algo = "ed25519"
+
     def __init__(self, key_name):
         self.key_name = key_name
         self.home = tempfile.mkdtemp(prefix="k3sgpu-gpg-")  # short path: gpg-agent's socket lives here
 
     def __enter__(self):
-        secret = KEY_DIR / (self.key_name + ".secret.asc")
+        secret = self.key_dir / (self.key_name + ".secret.asc")
         if not secret.exists():
-            KEY_DIR.mkdir(parents=True, exist_ok=True)
-            uid = "k3s_gpu.nvidia stand-in repo key (%s) <%s@k3s-gpu.invalid>" % (self.key_name, self.key_name)
-            self.run("--passphrase", "", "--quick-gen-key", uid, "ed25519", "sign", "never")
+            self.key_dir.mkdir(parents=True, exist_ok=True)
+            uid = "k3s_gpu.nvidia stand-in %s key (%s) <%s@k3s-gpu.invalid>" % (self.key_kind, self.key_name, self.key_name)
+            self.run("--passphrase", "", "--quick-gen-key", uid, self.key_algo, "sign", "never")
             secret.write_bytes(self.run("--armor", "--export-secret-keys"))
         else:
             self.run("--import", str(secret))

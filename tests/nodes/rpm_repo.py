@@ -152,16 +152,9 @@ def build_rpms(version, out_dir, work):
 class Gpg(apt_repo.Gpg):
     """apt_repo's throw-away GNUPGHOME, with an RSA key cached in rpm-keys/."""
 
-    def __enter__(self):
-        secret = KEY_DIR / (self.key_name + ".secret.asc")
-        if not secret.exists():
-            KEY_DIR.mkdir(parents=True, exist_ok=True)
-            uid = "k3s_gpu.nvidia stand-in rpm repo key (%s) <%s@k3s-gpu.invalid>" % (self.key_name, self.key_name)
-            self.run("--passphrase", "", "--quick-gen-key", uid, "rsa4096", "sign", "never")
-            secret.write_bytes(self.run("--armor", "--export-secret-keys"))
-        else:
-            self.run("--import", str(secret))
-        return self
+    key_dir = KEY_DIR
+    key_kind = "rpm repo"
+    key_algo = "rsa4096"
 
     def rpmsign(self, rpms):
         fingerprint = self.fingerprint()

@@ -23,28 +23,30 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as d
 RUNC = "io.containerd.runc.v2"
 WASM_NAMES = ("wasmtime", "lunatic", "slight", "spin", "wws", "wasmedge", "wasmer")
 
-BEFORE_9519 = {
-    "no runtimes": ([], {}),
-    "found crun, nvidia and wasm": (
-        ["nvidia-container-runtime", "crun", "containerd-shim-lunatic-v1"],
-        {"nvidia": (RUNC, "nvidia-container-runtime"), "crun": (RUNC, "crun"),
-         "lunatic": ("io.containerd.lunatic.v2", "containerd-shim-lunatic-v1")}),
-    "found only wasm": (
-        ["containerd-shim-%s-v1" % name for name in WASM_NAMES],
-        dict((name, ("io.containerd.%s.v2" % name, "containerd-shim-%s-v1" % name)) for name in WASM_NAMES)),
-}
 
-FROM_9519 = {
-    "no runtimes": ([], {}),
-    "found crun, nvidia and wasm": (
-        ["nvidia-container-runtime", "crun", "containerd-shim-lunatic-v1"],
-        {"nvidia": (RUNC, "nvidia-container-runtime"), "crun": (RUNC, "crun"),
-         "lunatic": ("io.containerd.lunatic.v1", "containerd-shim-lunatic-v1")}),
-    "found only wasm": (
-        ["containerd-shim-%s-%s" % (name, "v2" if name == "spin" else "v1") for name in WASM_NAMES],
-        dict((name, ("io.containerd.%s.%s" % (name, "v2" if name == "spin" else "v1"),
-                     "containerd-shim-%s-%s" % (name, "v2" if name == "spin" else "v1"))) for name in WASM_NAMES)),
-}
+def _era(wasm_type, wasm_binary):
+    """The cases of one era, its wasm shims as wasm_type(name) and wasm_binary(name) (lunatic's binary is the
+    same in both)."""
+    return {
+        "no runtimes": ([], {}),
+        "found crun, nvidia and wasm": (
+            ["nvidia-container-runtime", "crun", "containerd-shim-lunatic-v1"],
+            {"nvidia": (RUNC, "nvidia-container-runtime"), "crun": (RUNC, "crun"),
+             "lunatic": (wasm_type("lunatic"), "containerd-shim-lunatic-v1")}),
+        "found only wasm": (
+            [wasm_binary(name) for name in WASM_NAMES],
+            dict((name, (wasm_type(name), wasm_binary(name))) for name in WASM_NAMES)),
+    }
+
+
+def _v1_but_spin(name):
+    return "v2" if name == "spin" else "v1"
+
+
+# before #9519 every shim was containerd-shim-<name>-v1 of type io.containerd.<name>.v2; from it, K3S_RUNTIMES's rows
+BEFORE_9519 = _era(lambda name: "io.containerd.%s.v2" % name, lambda name: "containerd-shim-%s-v1" % name)
+FROM_9519 = _era(lambda name: "io.containerd.%s.%s" % (name, _v1_but_spin(name)),
+                 lambda name: "containerd-shim-%s-%s" % (name, _v1_but_spin(name)))
 
 # (release, the test version that release's code passes): LookPath-era releases on both sides of #9519
 RELEASES = [

@@ -22,6 +22,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as pla
 from ansible_collections.k3s_gpu.nvidia.plugins.modules import node_files
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.tests.containerd_tables import CRUN, NVIDIA_CTK_V2, RUNC_SYSTEMD, default_runtime
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 RELEASE = "v1.30.6+k3s1"
@@ -38,47 +39,6 @@ USER_NVIDIA = """{{ template "base" . }}
   BinaryName = "/usr/bin/nvidia-container-runtime"
   SystemdCgroup = false
 """ % {"t": V2}
-
-# what `nvidia-ctk runtime configure --config config.toml.tmpl` writes: plain TOML, no base include
-CTK_TEMPLATE = """version = 2
-
-[plugins]
-
-  [plugins."io.containerd.grpc.v1.cri"]
-    sandbox_image = "rancher/mirrored-pause:3.6"
-
-    [plugins."io.containerd.grpc.v1.cri".cni]
-      bin_dir = "/var/lib/rancher/k3s/data/current/bin"
-      conf_dir = "/var/lib/rancher/k3s/agent/etc/cni/net.d"
-
-    [plugins."io.containerd.grpc.v1.cri".containerd]
-      default_runtime_name = "runc"
-      snapshotter = "overlayfs"
-
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]
-
-        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
-          privileged_without_host_devices = false
-          runtime_type = "io.containerd.runc.v2"
-
-          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
-            BinaryName = "/usr/bin/nvidia-container-runtime"
-            SystemdCgroup = true
-
-        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia-cdi]
-          privileged_without_host_devices = false
-          runtime_type = "io.containerd.runc.v2"
-
-          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia-cdi.options]
-            BinaryName = "/usr/bin/nvidia-container-runtime.cdi"
-            SystemdCgroup = true
-
-        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-          runtime_type = "io.containerd.runc.v2"
-
-          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-            SystemdCgroup = true
-"""
 
 
 def k3s_node(sandbox, template, binaries=("nvidia-container-runtime", "nvidia-container-runtime.cdi",
@@ -169,11 +129,11 @@ def test_a_users_existing_table_keeps_its_settings(sandbox):
     ("nvidia-container-runtime", "nvidia-container-runtime.legacy"),  # .cdi comes with the install: no base, no duplicate
 ])
 def test_a_template_without_the_base_include_is_edited_and_warned(sandbox, binaries):
-    facts = k3s_node(sandbox, CTK_TEMPLATE, binaries)
+    facts = k3s_node(sandbox, NVIDIA_CTK_V2, binaries)
     assert changes.refusal_before_install(facts) is None
     plan, file_changes = changes.compute(facts, {"state": "present"})
     after = file_changes[0]["after"]
-    assert after.startswith(CTK_TEMPLATE)  # every user line kept, byte for byte
+    assert after.startswith(NVIDIA_CTK_V2)  # every user line kept, byte for byte
     assert sorted(runtimes_of(after)) == ["nvidia", "nvidia-cdi", "nvidia-legacy", "runc"]
     assert "nvidia-legacy" in [r["name"] for r in plan["write"]]
     (warning,) = [w for w in plan["warnings"] if "[no_base]" in w]
@@ -200,7 +160,7 @@ def test_the_mirror_with_the_base_include_is_still_refused(sandbox):
 
 def test_default_runtime_and_enable_cdi_in_a_template_without_base(sandbox):
     # the schema-2 base emits the tables that hold them; a template without the base include does not
-    facts = k3s_node(sandbox, CTK_TEMPLATE, release="v1.29.4+k3s1")
+    facts = k3s_node(sandbox, NVIDIA_CTK_V2, release="v1.29.4+k3s1")
     plan, file_changes = changes.compute(facts, {"state": "present", "default_runtime": "nvidia-legacy",
                                                  "enable_cdi": True})
     data = tomllib.loads(file_changes[0]["after"])
@@ -295,20 +255,8 @@ def test_backups_are_pruned_to_the_newest(tmp_path, capsys):
 CONFIG = "/etc/containerd/config.toml"
 NVIDIA = ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy")
 # crun (a runc shim with its own binary, SystemdCgroup off) as the default runtime, beside runc (SystemdCgroup on)
-CRUN_DROPIN_K3S = """[%(t)s]
-  default_runtime_name = "crun"
-[%(t)s.runtimes.crun]
-  runtime_type = "io.containerd.runc.v2"
-  privileged_without_host_devices = true
-[%(t)s.runtimes.crun.options]
-  BinaryName = "/usr/bin/crun"
-  SystemdCgroup = false
-""" % {"t": V3}
-CRUN_DEFAULT = "version = 3\n" + CRUN_DROPIN_K3S + """[%(t)s.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-[%(t)s.runtimes.runc.options]
-  SystemdCgroup = true
-""" % {"t": V3}
+CRUN_DROPIN_K3S = (default_runtime("crun") + CRUN) % {"t": V3}
+CRUN_DEFAULT = "version = 3\n" + CRUN_DROPIN_K3S + RUNC_SYSTEMD % {"t": V3}
 
 
 def plain_node(sandbox, text, dropins=None, release="2.1.9"):
@@ -360,11 +308,18 @@ def test_a_plain_dropin_follows_another_dropin_that_names_the_default(sandbox):
     assert nvidia["options"]["SystemdCgroup"] is False and nvidia["privileged_without_host_devices"] is True
 
 
-def test_k3s_dropin_follows_a_users_dropin_that_makes_another_runtime_the_default(sandbox):
+def systemd_k3s_changes(sandbox, release, files=()):
+    """changes.compute on a k3s node that systemd runs, with these (path, text) files written first."""
     sandbox.k3s("k3s", "package")
     sandbox.mkdir("/run/systemd/system")
-    sandbox.write("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/10-crun.toml", CRUN_DROPIN_K3S)
-    plan, file_changes = changes.compute(detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1"), {"state": "present"})
+    for path, text in files:
+        sandbox.write(path, text)
+    return changes.compute(detect.gather(sandbox.root, "k3s", release), {"state": "present"})
+
+
+def test_k3s_dropin_follows_a_users_dropin_that_makes_another_runtime_the_default(sandbox):
+    plan, file_changes = systemd_k3s_changes(sandbox, "v1.33.10+k3s1", [
+        ("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/10-crun.toml", CRUN_DROPIN_K3S)])
     assert plan["target"]["mode"] == planner.MODE_DROPIN
     legacy = nvidia_tables(file_changes[0]["after"])["nvidia-legacy"]
     assert legacy["options"] == {"BinaryName": "/usr/bin/nvidia-container-runtime.legacy", "SystemdCgroup": False}
@@ -372,10 +327,8 @@ def test_k3s_dropin_follows_a_users_dropin_that_makes_another_runtime_the_defaul
 
 
 def test_k3s_template_that_makes_another_runtime_the_default(sandbox):
-    sandbox.k3s("k3s", "package")
-    sandbox.mkdir("/run/systemd/system")
-    sandbox.write("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl", '{{ template "base" . }}\n\n' + CRUN_DROPIN_K3S)
-    plan, file_changes = changes.compute(detect.gather(sandbox.root, "k3s", "v1.32.2+k3s1"), {"state": "present"})
+    plan, file_changes = systemd_k3s_changes(sandbox, "v1.32.2+k3s1", [
+        ("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl", '{{ template "base" . }}\n\n' + CRUN_DROPIN_K3S)])
     assert plan["target"]["mode"] == planner.MODE_TEMPLATE
     legacy = nvidia_tables(file_changes[0]["after"])["nvidia-legacy"]
     assert legacy["options"]["SystemdCgroup"] is False and legacy["privileged_without_host_devices"] is True
@@ -383,9 +336,7 @@ def test_k3s_template_that_makes_another_runtime_the_default(sandbox):
 
 def test_k3s_without_another_default_keeps_k3s_systemd_cgroup(sandbox):
     # the mirror: nothing names another default, so the new runtimes get SystemdCgroup as k3s gives its own
-    sandbox.k3s("k3s", "package")
-    sandbox.mkdir("/run/systemd/system")
-    plan, file_changes = changes.compute(detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1"), {"state": "present"})
+    plan, file_changes = systemd_k3s_changes(sandbox, "v1.33.10+k3s1")
     legacy = nvidia_tables(file_changes[0]["after"])["nvidia-legacy"]
     assert legacy["options"] == {"BinaryName": "/usr/bin/nvidia-container-runtime.legacy", "SystemdCgroup": True}
     assert "privileged_without_host_devices" not in legacy

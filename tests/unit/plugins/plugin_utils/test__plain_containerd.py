@@ -17,6 +17,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.tests.containerd_tables import RUNC_SYSTEMD, default_runtime, runtime
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 CONFIG = "/etc/containerd/config.toml"
@@ -45,19 +46,9 @@ def run(sandbox, text, release="2.1.4", **params):
     return plan, file_changes
 
 
-HARDENED_V3 = """version = 3
-[%(t)s]
-  default_runtime_name = "runc"
-[%(t)s.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-  privileged_without_host_devices = true
-  pod_annotations = ["io.site/*"]
-  runtime_root = "/run/runc-shared"
-[%(t)s.runtimes.runc.options]
-  BinaryName = "/usr/sbin/runc"
-  SystemdCgroup = true
-  Root = "/run/runc-root"
-""" % {"t": V3}
+HARDENED_V3 = ("version = 3\n" + default_runtime("runc") + runtime(
+    "runc", privileged_without_host_devices=True, pod_annotations=["io.site/*"], runtime_root="/run/runc-shared",
+    options=[("BinaryName", "/usr/sbin/runc"), ("SystemdCgroup", True), ("Root", "/run/runc-root")])) % {"t": V3}
 
 
 def test_new_runtimes_inherit_the_default_runtime(sandbox):
@@ -85,20 +76,9 @@ def test_user_options_win_over_inherited_ones(sandbox):
 
 
 def test_the_named_default_runtime_is_the_source(sandbox):
-    text = """version = 2
-[%(t)s]
-  default_runtime_name = "hardened"
-[%(t)s.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-[%(t)s.runtimes.runc.options]
-  SystemdCgroup = true
-[%(t)s.runtimes.hardened]
-  runtime_type = "io.containerd.runc.v2"
-  privileged_without_host_devices = true
-[%(t)s.runtimes.hardened.options]
-  BinaryName = "/opt/runc-hardened"
-  SystemdCgroup = false
-""" % {"t": V2}
+    text = ("version = 2\n" + default_runtime("hardened") + RUNC_SYSTEMD + runtime(
+        "hardened", privileged_without_host_devices=True,
+        options=[("BinaryName", "/opt/runc-hardened"), ("SystemdCgroup", False)])) % {"t": V2}
     _plan, file_changes = run(sandbox, text, "1.7.24")
     nvidia = runtimes_of(file_changes[0]["after"], 2)["nvidia"]
     assert nvidia["privileged_without_host_devices"] is True
@@ -106,17 +86,8 @@ def test_the_named_default_runtime_is_the_source(sandbox):
 
 
 def test_a_default_runtime_that_is_not_runc_gives_way_to_runc(sandbox):
-    text = """version = 2
-[%(t)s]
-  default_runtime_name = "kata"
-[%(t)s.runtimes.kata]
-  runtime_type = "io.containerd.kata.v2"
-  privileged_without_host_devices = true
-[%(t)s.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-[%(t)s.runtimes.runc.options]
-  SystemdCgroup = true
-""" % {"t": V2}
+    text = ("version = 2\n" + default_runtime("kata")
+            + runtime("kata", "io.containerd.kata.v2", privileged_without_host_devices=True) + RUNC_SYSTEMD) % {"t": V2}
     _plan, file_changes = run(sandbox, text, "1.7.24")
     nvidia = runtimes_of(file_changes[0]["after"], 2)["nvidia"]
     assert "privileged_without_host_devices" not in nvidia

@@ -244,6 +244,7 @@ def test_operator_class_without_the_handler_is_not_reported():
 
 GOOD_NODES = [{"host": "a", "handlers": ["nvidia-cdi"]}]
 
+# one row per refused input, rows alike by nature (docs/architecture-duplicates.md)
 BAD_INPUT = [
     ("cluster-not-dict", "k3s", GOOD_NODES, {}, r"^cluster must be a dict with distribution \(k3s or rke2\) and release"),
     ("distribution-containerd", cluster("containerd", "1.7.24"), GOOD_NODES, {},
