@@ -61,7 +61,7 @@ def _refuse_unusable(info, what):
     path = info.get("path")
     if state == "link":
         raise K3sGpuError("%s %s is a symlink; refusing to write through it. Point path= at the real "
-                        "file, or replace the link with a regular file" % (what, path))
+                          "file, or replace the link with a regular file" % (what, path))
     if state == "directory":
         raise K3sGpuError("%s %s is a directory; expected a file. Remove or rename the directory" % (what, path))
     if state == "other":
@@ -69,11 +69,11 @@ def _refuse_unusable(info, what):
     error = info.get("error")
     if error == "too_large":
         raise K3sGpuError("%s %s is %d bytes, larger than the 1 MiB this module edits; a containerd "
-                        "config is a few KiB, so check that this is the right file" % (what, path, info.get("size", 0)))
+                          "config is a few KiB, so check that this is the right file" % (what, path, info.get("size", 0)))
     if error == "not_utf8":
         raise K3sGpuError("%s %s is not valid UTF-8 (first bad byte on line %d); TOML must be UTF-8 and containerd "
-                        "2.x refuses anything else [encoding_utf8]. Convert the file to UTF-8 (iconv -t UTF-8); "
-                        "nothing was written" % (what, path, info.get("error_line", 0)))
+                          "2.x refuses anything else [encoding_utf8]. Convert the file to UTF-8 (iconv -t UTF-8); "
+                          "nothing was written" % (what, path, info.get("error_line", 0)))
     if error == "unreadable":
         raise K3sGpuError("%s %s cannot be read" % (what, path))
 
@@ -290,13 +290,13 @@ def check_runtime_name(name):
 def check_runtime_binary(name, binary, binary_info):
     if not isinstance(binary, str) or not binary.startswith("/"):
         raise K3sGpuError("runtime %s: binary %r must be an absolute path on the node, such as "
-                        "/usr/bin/nvidia-container-runtime" % (name, binary))
+                          "/usr/bin/nvidia-container-runtime" % (name, binary))
     state = (binary_info or {}).get("state")
     if state in ("absent", "dangling", None):
         raise K3sGpuError("runtime %s: binary %s does not exist on the node%s. Install the NVIDIA "
-                        "container toolkit (nvidia-container-toolkit-operator-extensions for the .cdi "
-                        "and .legacy binaries) or fix the path" % (
-                            name, binary, " (dangling symlink)" if state == "dangling" else ""))
+                          "container toolkit (nvidia-container-toolkit-operator-extensions for the .cdi "
+                          "and .legacy binaries) or fix the path" % (
+                              name, binary, " (dangling symlink)" if state == "dangling" else ""))
     if state == "directory":
         raise K3sGpuError("runtime %s: binary %s is a directory" % (name, binary))
     if not binary_info.get("executable"):
@@ -468,7 +468,7 @@ def _plan_default_runtime(facts, plan, name, renders, label):
     if profile["distribution"] != distro.CONTAINERD:
         if not profile["default_runtime"]:
             raise K3sGpuError("%s has no default-runtime setting (it came with v1.28.5 and v1.29.0); "
-                            "upgrade, or give pods runtimeClassName instead" % label)
+                              "upgrade, or give pods runtimeClassName instead" % label)
         if name == "runc":
             raise K3sGpuError("{default_runtime} runc: %s checks default-runtime against the runtimes it detects, "
                               "which never include runc, so it would not start" % label,

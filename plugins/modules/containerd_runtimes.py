@@ -239,7 +239,7 @@ RETURN = r"""
 error:
   description:
     - When the task refuses, C(cause), C(fix) and C(variables), the options the fix names (written V({option}) in the
-      text); RV(ignore:msg) is the same text with the option names.
+      text); C(msg) is the same text with the option names.
   returned: failure
   type: dict
 distribution:

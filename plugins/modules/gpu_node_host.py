@@ -41,7 +41,7 @@ options:
     default: true
   node:
     description:
-      - What the earlier phase read and decided (its RV(node), passed unchanged): required with O(phase=reread) and
+      - What the earlier phase read and decided (its RV(node), passed unchanged), required with O(phase=reread) and
         O(phase=configure).
     type: dict
 seealso:

@@ -131,7 +131,7 @@ RETURN = r"""
 error:
   description:
     - When the node cannot be read as asked, C(cause), C(fix) and C(variables), the options the fix names (written
-      V({option}) in the text); RV(ignore:msg) is the same text with the option names.
+      V({option}) in the text); C(msg) is the same text with the option names.
   returned: failure
   type: dict
 distribution:
@@ -380,7 +380,6 @@ plan:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import RUNTIME_INFO_SPEC
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError

@@ -358,7 +358,7 @@ def _layered_default_runtime(facts, plan, target):
                 layers.append(toml.loads(config["content"]))
             except tomllib.TOMLDecodeError as exc:
                 raise K3sGpuError("%s: %s [toml_invalid]; containerd cannot load it either. Fix that line; "
-                                         "nothing was written" % (config["path"], exc))
+                                  "nothing was written" % (config["path"], exc))
     else:
         params = template_check.base_params(facts, facts["profile"], list(facts["release_runtimes"]),
                                             _flag_default_runtime(facts, plan))

@@ -69,7 +69,7 @@ def read_settings(values):
     settings = validated.validated_parameters
     if settings["runtimeclasses_method"] == "api" and not settings["runtimeclasses_kubeconfig"]:
         raise K3sGpuError("runtimeclasses_method is api but runtimeclasses_kubeconfig is not set; set it to the "
-                               "kubeconfig of the cluster, or use runtimeclasses_method=manifest")
+                          "kubeconfig of the cluster, or use runtimeclasses_method=manifest")
     # the shape of the RuntimeClass fields, before any host is touched
     runtimeclasses.check_node_selector(settings["runtimeclasses_node_selector"] or None)
     runtimeclasses.check_overhead(settings["runtimeclasses_overhead"] or None)
@@ -87,7 +87,7 @@ def clusters(cluster_of, run_hosts, active_hosts, pattern_hosts, servers, server
     order, --limit aside). The writer is the cluster's first server that has not failed in this run."""
     if not servers:
         raise K3sGpuError("k3s_gpu_servers (now %s) matches no host of the inventory; set it to the group or pattern "
-                               "of your k3s/rke2 servers (k3s-ansible: server, rke2-ansible: rke2_servers)" % servers_pattern)
+                          "of your k3s/rke2 servers (k3s-ansible: server, rke2-ansible: rke2_servers)" % servers_pattern)
     in_run = set(run_hosts)
     failed = in_run - set(active_hosts)
     found = {}

@@ -17,7 +17,6 @@ import os
 from ansible import constants as C
 from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
 
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import CONTAINERD_RUNTIMES_SPEC
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes_engine
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _check_cache as check_cache

@@ -277,7 +277,7 @@ def _runtimeclass_pairs(available):
     """[(name, handler)] from RuntimeClass names (handler = name) or {name, handler} dicts."""
     if not isinstance(available, (list, tuple)):
         raise K3sGpuError("runtimeclasses must be a list of RuntimeClass names or {name, handler} dicts, got "
-                                    "%s." % _type_name(available))
+                          "%s." % _type_name(available))
     pairs = []
     for item in available:
         if isinstance(item, str):
@@ -389,7 +389,7 @@ def _check_settings(settings):
     archive = checked["chart_archive"]
     if archive and not (isinstance(archive, str) and _CHART_ARCHIVE.match(archive)):
         raise K3sGpuError("%s is %r; give a file name ending in .tgz (the archive is served from the "
-                                    "server's static/charts directory)." % (VARIABLES["chart_archive"], archive))
+                          "server's static/charts directory)." % (VARIABLES["chart_archive"], archive))
     namespace = checked["namespace"]
     if not isinstance(namespace, str) or len(namespace) > 63 or not runtimeclasses.DNS1123_LABEL.match(namespace):
         raise K3sGpuError("%s is %r; give a namespace name (lowercase letters, digits and '-')." % (
@@ -419,7 +419,7 @@ def _check_settings(settings):
 def _cluster_profile(cluster):
     if not isinstance(cluster, Mapping) or cluster.get("distribution") not in (distro.K3S, distro.RKE2):
         raise K3sGpuError("cluster must be the runtime_info result of a k3s or rke2 server (distribution, "
-                                    "release, paths); host mode deploys a k3s/rke2 HelmChart.")
+                          "release, paths); host mode deploys a k3s/rke2 HelmChart.")
     try:
         return distro.profile(cluster["distribution"], cluster.get("release"), release_rules.newer_release_of(cluster))
     except K3sGpuError as exc:
@@ -454,8 +454,8 @@ def labels_of_node(settings, host, config=""):
     checked = _check_settings(settings)
     if config and config not in checked["configs"]:
         raise K3sGpuError("gpu_node_device_plugin_config is %r, which is not a key of %s%s; add it there, or "
-                                    "leave it empty for the cluster-wide config." % (
-                                        config, VARIABLES["configs"], _closest(config, tuple(checked["configs"]))))
+                          "leave it empty for the cluster-wide config." % (
+                              config, VARIABLES["configs"], _closest(config, tuple(checked["configs"]))))
     labels = node_labels([NodeFacts(host=host, config=config)], checked["sharing"], checked["configs"])[host]
     return ["%s=%s" % (key, labels[key]) for key in sorted(labels)]
 
@@ -537,7 +537,7 @@ def render_manifest(plan):
     """The manifest text for the auto-deploy directory (a comment, then the HelmChart)."""
     if not plan.get("objects"):
         raise K3sGpuError("no device-plugin objects to render (the cluster has no host-mode GPU node); "
-                                    "remove the manifest instead.")
+                          "remove the manifest instead.")
     return helmchart.render(
         "Managed by %s; edits are overwritten. NVIDIA device plugin %s for k3s/rke2 (host mode)." % (
             runtimeclasses.MANAGED_BY, plan["chart_version"]),

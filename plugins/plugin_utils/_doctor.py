@@ -199,7 +199,6 @@ def _check_cdi_refresh(info, node):
         "; %s not enabled (gpu_node_cdi_refresh: false)" % distro.CDI_REFRESH_UNIT
 
 
-
 def _cdi_switch(info):
     """enable_cdi in the config.toml k3s/rke2 wrote (None: not set there)."""
     text = configure.config_text(info, "generated_config")
@@ -291,7 +290,7 @@ def unread(host, why):
     return {"host": host, "gpu_node": True, "passed": [], "handlers": [], "labels": [],
             "broken": {"layer": NODE_LAYERS[0], "cause": "the node could not be read, nothing was checked: %s"
                        % clause(why), "fix": "mend what the message names (reachability, gpu_node_* variables), "
-                                                      "then run the doctor again"}}
+                       "then run the doctor again"}}
 
 
 def check_node(host, info, node):

@@ -91,7 +91,7 @@ def plan_node(info, mode, operator_toolkit=True, operator_driver=False, toolkit_
     who = host or "this node"
     if mode not in MODES:
         raise K3sGpuError("gpu_node_mode is %r; use host (the role installs the toolkit) or operator (NVIDIA's "
-                                   "GPU Operator does)" % (mode,))
+                          "GPU Operator does)" % (mode,))
     _check_flags((("operator_toolkit", operator_toolkit), ("operator_driver", operator_driver),
                   ("toolkit_install", toolkit_install), ("driver_install", driver_install), ("live", live),
                   ("remove_operator_leftovers", remove_operator_leftovers)))
@@ -262,11 +262,11 @@ def _check_settings(settings):
     archive = checked["chart_archive"]
     if archive and not (isinstance(archive, str) and _CHART_ARCHIVE.match(archive)):
         raise K3sGpuError("gpu_node_operator_chart_archive %r must be a file name ending in .tgz (the archive is "
-                                   "copied to the server's static/charts directory)" % (archive,))
+                          "copied to the server's static/charts directory)" % (archive,))
     namespace = checked["namespace"]
     if not isinstance(namespace, str) or len(namespace) > 63 or not runtimeclasses.DNS1123_LABEL.match(namespace):
         raise K3sGpuError("gpu_node_operator_namespace %r is not a namespace name (lowercase letters, digits, "
-                                   "'-')" % (checked["namespace"],))
+                          "'-')" % (checked["namespace"],))
     if checked["cdi"] is not None and not isinstance(checked["cdi"], bool):
         raise K3sGpuError("gpu_node_operator_cdi must be true, false or null (the chart's default), got %r" % (
             checked["cdi"],))
@@ -307,7 +307,7 @@ def _check_nodes(nodes):
 def _cluster_profile(cluster):
     if not isinstance(cluster, Mapping) or cluster.get("distribution") not in (distro.K3S, distro.RKE2):
         raise K3sGpuError("cluster must be the runtime_info result of a k3s or rke2 server (distribution, "
-                                   "release, paths); operator mode deploys a k3s/rke2 HelmChart")
+                          "release, paths); operator mode deploys a k3s/rke2 HelmChart")
     try:
         return distro.profile(cluster["distribution"], cluster.get("release"), release_rules.newer_release_of(cluster))
     except K3sGpuError as exc:
@@ -324,10 +324,10 @@ def _operator_mode(settings, line, profile, check=True):
         return "nri" if nri and cdi else "cdi" if cdi else "legacy"
     if nri and not facts["nri"]:
         raise K3sGpuError("values cdi.nriPluginEnabled: the GPU Operator %s has no NRI plugin mode (it came with "
-                                   "v26.3)" % settings["chart_version"])
+                          "v26.3)" % settings["chart_version"])
     if nri and not cdi:
         raise K3sGpuError("values cdi.nriPluginEnabled needs CDI: set gpu_node_operator_cdi=true (the chart "
-                                   "refuses NRI without it)")
+                          "refuses NRI without it)")
     mode = "nri" if nri else "cdi" if cdi else "legacy"
     needed = release_rules.GPU_OPERATOR_MODE_CONTAINERD[mode]
     if needed and _line_key(profile["containerd"]) < _line_key(needed):
@@ -372,7 +372,7 @@ def _check_user_values(values, cluster_paths, ours):
         given = _get(values, path)
         if given is not None and given != _get(ours, path):
             raise K3sGpuError("gpu_node_operator_values sets %s=%r; set %s instead (the role reads it too, to keep "
-                                       "the host and the operator apart)" % (path, given, setting))
+                              "the host and the operator apart)" % (path, given, setting))
     install_dir = _get(values, "toolkit.installDir")
     if install_dir is not None and install_dir.rstrip("/") != release_rules.GPU_OPERATOR_CHART["install_dir"]:
         raise K3sGpuError(
@@ -501,7 +501,7 @@ def render_manifest(plan):
     """The manifest text for the auto-deploy directory (a comment, then one document per object)."""
     if not plan.get("objects"):
         raise K3sGpuError("no GPU Operator objects to render (no node of the cluster is in operator mode); "
-                                   "remove the manifest instead")
+                          "remove the manifest instead")
     return helmchart.render(
         "Managed by %s; edits are overwritten. NVIDIA GPU Operator %s (%s mode) for k3s/rke2." % (
             MANAGED_BY, plan["chart_version"], plan["operator_mode"]),

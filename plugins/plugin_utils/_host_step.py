@@ -27,6 +27,7 @@ ROLE_NAMES = dict((option, "gpu_node_" + option) for option in (
     "root", "distribution", "release", "newer_release", "data_dir", "toolkit_dirs", "runtimes", "default_runtime",
     "enable_cdi", "handler_labels", "backup", "target_release"))
 
+
 def role_message(outcome):
     """A module's failed result as the role's user reads it: its error in the role's variable names."""
     return K3sGpuError.from_result(outcome).text(ROLE_NAMES)

@@ -40,7 +40,7 @@ BASE_LINE = k3s_base.BASE_LINE
 def require_tomlkit():
     if tomlkit is None:
         raise K3sGpuError("the Python library tomlkit is required on the Ansible controller: "
-                            "pip install 'tomlkit>=0.12' (import error: %s)" % TOMLKIT_IMPORT_ERROR)
+                          "pip install 'tomlkit>=0.12' (import error: %s)" % TOMLKIT_IMPORT_ERROR)
 
 
 # --- Go template lines --------------------------------------------------------------------------
@@ -361,7 +361,7 @@ class Edit:
             if start < other_end and other_start < end:
                 # two edits of the same lines would lose one of them: refuse rather than guess
                 raise K3sGpuError("internal: overlapping edits of lines %d-%d and %d-%d; nothing was written"
-                                    % (start + 1, end, other_start + 1, other_end))
+                                  % (start + 1, end, other_start + 1, other_end))
         self.replacements.append((start, end, new_lines, len(self.replacements)))
 
     def set_line(self, number, text):
@@ -417,7 +417,7 @@ def _set_key(edit, tables, data, table_path, key, value, file_path):
     if not explicit:
         if current is not None:
             raise K3sGpuError("%s: %s is set with a dotted key or an inline table; set it as "
-                                "%s = ... under [%s] by hand" % (file_path, key, key, _key_text(table_path)))
+                              "%s = ... under [%s] by hand" % (file_path, key, key, _key_text(table_path)))
         edit.appends.append("\n".join(rendered))
         return True
     table = explicit[0]
@@ -429,7 +429,7 @@ def _set_key(edit, tables, data, table_path, key, value, file_path):
                 tomllib.loads(edit.lines[number].strip())
             except tomllib.TOMLDecodeError:
                 raise K3sGpuError("%s: line %d: %s spans several lines; put it on one line so it can be "
-                                    "updated" % (file_path, number + 1, key))
+                                  "updated" % (file_path, number + 1, key))
             edit.set_line(number, match.group(1) + rendered[1].strip())
             return True
     last = table.content_end - 1
@@ -539,8 +539,8 @@ def _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, f
         refused.append((name, table, differs))
     if refused:
         raise K3sGpuError("; ".join(_user_table_refusal(file_path, name, table, differs, renders[name], schema, profile,
-                                                          plan.get("base_included", True))
-                                      for name, table, differs in refused) + ". Nothing was written")
+                                                        plan.get("base_included", True))
+                                    for name, table, differs in refused) + ". Nothing was written")
     return removed
 
 
@@ -684,7 +684,7 @@ def _update_runtime(edit, lines, data, tables, templated, runtime, items, file_p
     runtime_tables = [t for t in tables if t.path == path and not t.array]
     if not runtime_tables:
         raise K3sGpuError("%s: runtime %s is defined with dotted keys or inline tables; define it as "
-                            "[%s] or remove it, then rerun" % (file_path, runtime["name"], _key_text(path)))
+                          "[%s] or remove it, then rerun" % (file_path, runtime["name"], _key_text(path)))
     for table in _ranges_of(tables, path):
         _check_no_template_lines(lines, table, file_path)
     for table_path, values in items:
@@ -695,7 +695,7 @@ def _update_runtime(edit, lines, data, tables, templated, runtime, items, file_p
             edit.insert(runtime_tables[0].content_end, render_table(table_path, values))
         else:
             raise K3sGpuError("%s: [%s] is defined with dotted keys or an inline table; define it as a "
-                                "table or remove it, then rerun" % (file_path, _key_text(table_path)))
+                              "table or remove it, then rerun" % (file_path, _key_text(table_path)))
 
 
 _TEMPLATED_KEY = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_-]+)\s*=""")
@@ -723,8 +723,8 @@ def check_plain_result(text, plan, file_path, schema):
                 runtime["name"], schema, _key_text(distro.runtime_table(schema, runtime["name"]))))
     if problems:
         raise K3sGpuError("%s: containerd would not load the runtimes from the result: %s [runtime_not_loaded]. "
-                            "This is a fault of the collection or of an unusual file: nothing was written; report "
-                            "it with the file" % (file_path, "; ".join(problems)))
+                          "This is a fault of the collection or of an unusual file: nothing was written; report "
+                          "it with the file" % (file_path, "; ".join(problems)))
 
 
 def _templated_keys(lines, tables, originals):
@@ -800,7 +800,7 @@ def _check_composition(masked, reserved, file_path):
     except tomllib.TOMLDecodeError as exc:
         _loads(masked, file_path + " (after the edit)")  # a fault of the text itself is named first
         raise K3sGpuError("%s: composed with the base template, the config would not load (%s); "
-                            "nothing was written" % (file_path, exc))
+                          "nothing was written" % (file_path, exc))
 
 
 def _only_scaffolding(masked, is_template):

@@ -32,7 +32,6 @@ sys.path.insert(0, HERE)
 import base_fixtures  # noqa: E402
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect  # noqa: E402
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro  # noqa: E402
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 ETC = "/etc/standin-k3s"
 CONTAINERD_OPT = "/opt/standin-containerd"

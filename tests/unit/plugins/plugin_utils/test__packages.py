@@ -61,7 +61,7 @@ def test_package_manager_setting_wins_over_the_os_family():
 
 def test_unknown_package_manager_is_refused_in_the_users_terms():
     with pytest.raises(K3sGpuError, match=r"^gpu1: the role installs the NVIDIA container toolkit with apt.*"
-                                                     r"gpu_node_toolkit_install=false, or set gpu_node_package_manager"):
+                       r"gpu_node_toolkit_install=false, or set gpu_node_package_manager"):
         packages.toolkit_source(settings(), "", "gpu1")
     with pytest.raises(K3sGpuError, match=r"this host is Archlinux .*gpu_node_driver_packages"):
         packages.driver_source(settings(), ARCH, "apt", "gpu1")

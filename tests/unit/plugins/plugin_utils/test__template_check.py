@@ -19,7 +19,6 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gotemplate as gotemplate
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as check
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 V3 = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
@@ -181,7 +180,7 @@ def test_the_role_refuses_before_installing_the_toolkit(sandbox):
     node = facts(sandbox, template=own_nvidia)
     node["files"]["template_v3"]["content"] = own_nvidia  # as runtime_info returns it with include_content
     with pytest.raises(K3sGpuError, match=r"gpu1: the NVIDIA toolkit is not installed, because .*line 2: .*"
-                                                   r"\[after_install_duplicate\]"):
+                       r"\[after_install_duplicate\]"):
         host_step.plan_host(NodeFacts.from_reading(node), settings, "gpu1")
     fine = NodeFacts.from_reading(facts(sandbox, template='{{ template "base" . }}\n'))
     assert host_step.plan_host(fine, settings, "gpu1").mode.install_toolkit is True
