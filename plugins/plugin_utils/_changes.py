@@ -456,7 +456,7 @@ def _check_args(facts, params):
         return None
     if facts["distribution"] == distro.CONTAINERD:
         raise K3sGpuError("{target_release} is for k3s and rke2 nodes (their templates change with the release); "
-                          "this node runs plain containerd", "leave {target_release} unset here", "target_release")
+                          "this node runs plain containerd", fix="leave {target_release} unset here", variable="target_release")
     try:
         return distro.profile(facts["distribution"], target_release,
                               params.get("newer_release") or distro.NEWER_RELEASE_REFUSE)
