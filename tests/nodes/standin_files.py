@@ -76,8 +76,9 @@ def install(rootfs, release, stream_port, server=False):
     (lib / MODULE_UTILS).mkdir(parents=True, exist_ok=True)
     shutil.copy2(HERE / "standin_k3s.py", lib / "standin_k3s.py")
     shutil.copy2(REPO / "plugins/module_utils/_k3s_base.py", lib / "base_fixtures.py")
-    for name in ("_detect.py", "_distro.py"):
-        shutil.copy2(REPO / "plugins/module_utils" / name, lib / MODULE_UTILS / name)
+    # detection with what it imports: the node-side module_utils, all of them (they import only each other)
+    for source in sorted((REPO / "plugins/module_utils").glob("_*.py")):
+        shutil.copy2(source, lib / MODULE_UTILS / source.name)
     _write(rootfs / ETC / "release", release + "\n")
     # k3s's base pins the CRI stream server to 127.0.0.1:10010; nodes share the host network
     _write(rootfs / ETC / "stream-port", "%d\n" % stream_port)
