@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 
-from ansible.plugins.action import ActionBase
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 
@@ -23,17 +22,15 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step a
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
 
 
-class ActionModule(ActionBase):
+class ActionModule(SpecAction):
 
-    TRANSFERS_FILES = False
+    ARGUMENT_SPEC = specs.GPU_CLUSTER_SPEC
+    REQUIRED_IF = specs.GPU_CLUSTER_REQUIRED_IF
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        args = self.validate_argument_spec(argument_spec=specs.GPU_CLUSTER_SPEC,
-                                           required_if=specs.GPU_CLUSTER_REQUIRED_IF)[1]
+    def run_validated(self, result, args, task_vars):
         self._hostvars = task_vars["hostvars"]
         phase = args["phase"]
         try:

@@ -15,7 +15,6 @@ import base64
 import time
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
@@ -27,6 +26,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _restart as restart
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
 
 display = Display()
 
@@ -66,15 +66,12 @@ def _reading_failed(result, host, reading, ending):
     return host_step.failed(result, "%s: %s%s" % (host, host_step.role_message(reading), ending))
 
 
-class ActionModule(ActionBase):
+class ActionModule(SpecAction):
 
-    TRANSFERS_FILES = False
+    ARGUMENT_SPEC = specs.GPU_NODE_HOST_SPEC
+    REQUIRED_IF = specs.GPU_NODE_HOST_REQUIRED_IF
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        args = self.validate_argument_spec(argument_spec=specs.GPU_NODE_HOST_SPEC,
-                                           required_if=specs.GPU_NODE_HOST_REQUIRED_IF)[1]
+    def run_validated(self, result, args, task_vars):
         phase = args["phase"]
         self._host = task_vars.get("inventory_hostname", "")
         try:

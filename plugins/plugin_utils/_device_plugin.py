@@ -31,7 +31,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import line_key as _line_key, type_name as _type_name
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _helmchart as helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _manifest_yaml as manifest_yaml
@@ -415,15 +414,8 @@ def _check_settings(settings):
     return checked
 
 
-# twin of _gpu_operator._cluster_profile but for its error type and message; one helper once the errors are one type (docs/architecture-duplicates.md)
 def _cluster_profile(cluster):
-    if not isinstance(cluster, Mapping) or cluster.get("distribution") not in (distro.K3S, distro.RKE2):
-        raise K3sGpuError("cluster must be the runtime_info result of a k3s or rke2 server (distribution, "
-                          "release, paths); host mode deploys a k3s/rke2 HelmChart.")
-    try:
-        return distro.profile(cluster["distribution"], cluster.get("release"), release_rules.newer_release_of(cluster))
-    except K3sGpuError as exc:
-        raise K3sGpuError("cluster release: %s" % exc) from exc
+    return release_rules.cluster_profile(cluster, "host mode")
 
 
 def _mirrored(registry, image):
@@ -535,10 +527,6 @@ def plan_cluster(cluster, settings, nodes, runtimeclasses_available):
 
 def render_manifest(plan):
     """The manifest text for the auto-deploy directory (a comment, then the HelmChart)."""
-    if not plan.get("objects"):
-        raise K3sGpuError("no device-plugin objects to render (the cluster has no host-mode GPU node); "
-                          "remove the manifest instead.")
-    return helmchart.render(
-        "Managed by %s; edits are overwritten. NVIDIA device plugin %s for k3s/rke2 (host mode)." % (
-            runtimeclasses.MANAGED_BY, plan["chart_version"]),
-        plan["objects"])
+    return helmchart.render_plan(plan, "device-plugin objects (the cluster has no host-mode GPU node)",
+                                 "Managed by %s; edits are overwritten. NVIDIA device plugin %s for k3s/rke2 (host mode)." % (
+                                     runtimeclasses.MANAGED_BY, plan["chart_version"]))

@@ -305,13 +305,7 @@ def _check_nodes(nodes):
 
 
 def _cluster_profile(cluster):
-    if not isinstance(cluster, Mapping) or cluster.get("distribution") not in (distro.K3S, distro.RKE2):
-        raise K3sGpuError("cluster must be the runtime_info result of a k3s or rke2 server (distribution, "
-                          "release, paths); operator mode deploys a k3s/rke2 HelmChart")
-    try:
-        return distro.profile(cluster["distribution"], cluster.get("release"), release_rules.newer_release_of(cluster))
-    except K3sGpuError as exc:
-        raise K3sGpuError("cluster release: %s" % exc)
+    return release_rules.cluster_profile(cluster, "operator mode")
 
 
 def _operator_mode(settings, line, profile, check=True):
@@ -499,13 +493,9 @@ def plan_cluster(cluster, settings, nodes):
 
 def render_manifest(plan):
     """The manifest text for the auto-deploy directory (a comment, then one document per object)."""
-    if not plan.get("objects"):
-        raise K3sGpuError("no GPU Operator objects to render (no node of the cluster is in operator mode); "
-                          "remove the manifest instead")
-    return helmchart.render(
-        "Managed by %s; edits are overwritten. NVIDIA GPU Operator %s (%s mode) for k3s/rke2." % (
-            MANAGED_BY, plan["chart_version"], plan["operator_mode"]),
-        plan["objects"])
+    return helmchart.render_plan(plan, "GPU Operator objects (no node of the cluster is in operator mode)",
+                                 "Managed by %s; edits are overwritten. NVIDIA GPU Operator %s (%s mode) for k3s/rke2." % (
+                                     MANAGED_BY, plan["chart_version"], plan["operator_mode"]))
 
 
 # --- the role's first decision, in one call --------------------------------------------------------

@@ -14,6 +14,7 @@ __metaclass__ = type
 
 import posixpath
 
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _manifest_yaml as manifest_yaml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
 
@@ -59,3 +60,11 @@ def helmchart(name, chart, values, target_namespace, static_charts_dir, extra_sp
 def render(comment, objects):
     """The manifest text for the auto-deploy directory (a comment, then one document per object)."""
     return manifest_yaml.render_documents(comment, objects, KEY_ORDER)
+
+
+def render_plan(plan, objects_of, comment):
+    """The manifest of a cluster plan's objects (the device plugin's, the GPU Operator's); a plan without objects is
+    refused: its manifest is removed instead."""
+    if not plan.get("objects"):
+        raise K3sGpuError("no %s to render" % objects_of, "remove the manifest instead")
+    return render(comment, plan["objects"])

@@ -14,7 +14,10 @@ through that file. Sources: docs/release-facts.md, docs/device-plugin.md, docs/t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 # --- the gpu_node role's own files ------------------------------------------------------------------
 # The first line by which the gpu_node role knows the udev rule distro.DEV_CHAR_RULE as its own
@@ -182,6 +185,18 @@ def newer_release_of(reading):
     options = reading.get("read_options") if hasattr(reading, "get") else None
     policy = (options or {}).get("newer_release") if hasattr(options or {}, "get") else None
     return policy if policy in distro.NEWER_RELEASE_POLICIES else distro.NEWER_RELEASE_REFUSE
+
+
+def cluster_profile(cluster, deploys):
+    """The release profile of a cluster's server from its runtime_info reading; `deploys` says what needs it (host
+    mode's device plugin, operator mode's GPU Operator: both a k3s/rke2 HelmChart)."""
+    if not isinstance(cluster, Mapping) or cluster.get("distribution") not in (distro.K3S, distro.RKE2):
+        raise K3sGpuError("cluster must be the runtime_info result of a k3s or rke2 server (distribution, release, paths); "
+                          "%s deploys a k3s/rke2 HelmChart" % deploys)
+    try:
+        return distro.profile(cluster["distribution"], cluster.get("release"), newer_release_of(cluster))
+    except K3sGpuError as exc:
+        raise K3sGpuError("cluster release: %s" % exc.cause, exc.fix, exc.variable) from exc
 
 
 def helm_controller_version(profile):

@@ -14,15 +14,17 @@ from ansible.plugins.action import ActionBase
 
 
 class SpecAction(ActionBase):
-    """run() validates the task's arguments against ARGUMENT_SPEC, then hands them to run_validated()."""
+    """run() validates the task's arguments against ARGUMENT_SPEC (and REQUIRED_IF), then hands them to
+    run_validated()."""
 
     TRANSFERS_FILES = False
     ARGUMENT_SPEC = None
+    REQUIRED_IF = None
 
     def run(self, tmp=None, task_vars=None):
         result = super(SpecAction, self).run(tmp, task_vars)
         del tmp
-        args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)[1]
+        args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC, required_if=self.REQUIRED_IF)[1]
         return self.run_validated(result, args, task_vars)
 
     def run_validated(self, result, args, task_vars):
