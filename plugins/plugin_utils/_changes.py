@@ -85,7 +85,7 @@ def _checked_labels(labels):
 
 
 def compute(facts, params):
-    """Plan and file changes for the task. Raises K3sGpuError or K3sGpuError; nothing is written then."""
+    """Plan and file changes for the task. Raises K3sGpuError; nothing is written then."""
     plan = planner.make_plan(
         facts, runtimes=params.get("runtimes"), state=params.get("state") or "present",
         default_runtime=params.get("default_runtime"), enable_cdi=params.get("enable_cdi"), path=params.get("path"))

@@ -172,7 +172,7 @@ def _check_quantity(name, value):
 
 # starts like check_node_selector (None or a dict), each with its own error message (docs/architecture-duplicates.md)
 def check_overhead(overhead):
-    """overhead.podFixed as a plain dict (empty for none); ValueError naming the bad key."""
+    """overhead.podFixed as a plain dict (empty for none); K3sGpuError naming the bad key."""
     if overhead is None:
         return {}
     if not isinstance(overhead, Mapping):
