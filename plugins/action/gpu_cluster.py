@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 
-
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_step as cluster_step
@@ -124,7 +123,7 @@ class ActionModule(SpecAction):
             decided = cluster_step.decide(cluster, server, nodes, settings, operator, objects, server_vars["root"], earlier,
                                           plugin_settings=plugin)
         except K3sGpuError as exc:
-            raise K3sGpuError("cluster %s (written from %s): %s" % (cluster["name"], writer, exc))
+            raise exc.within("cluster %s (written from %s)" % (cluster["name"], writer)) from exc
         result.update(decided, changed=False)
         # what Ansible's own modules do after this step: the air-gapped chart archive, the API method's objects
         result["follow_up"] = bool(decided["chart_archives"]) or (decided["runtimeclasses"] or {}).get("method") == "api"
@@ -150,12 +149,8 @@ class ActionModule(SpecAction):
         own = writer_vars.get("gpu_node_result")
         if isinstance(own, dict) and isinstance(own.get("node"), dict):
             return host_state.HostState.from_result(own["node"], "%s: gpu_node_result.node" % writer).facts.reading
-        release = server_vars["release"]
-        distribution = server_vars["distribution"]
-        if not release:
-            found = role_vars.inventory_release(writer_vars, self._templar.template)
-            if found and distribution in ("auto", found[2]):
-                release, distribution = found[1], found[2]
+        distribution, release, _source = role_vars.release_to_read(server_vars["distribution"], server_vars["release"],
+                                                                   writer_vars, self._templar.template)
 
         def execute_module(name, module_args):
             return self._execute_module(module_name=name, module_args=module_args, task_vars=task_vars)

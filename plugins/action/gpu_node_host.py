@@ -45,8 +45,6 @@ UPGRADE_CHECK_VARS = READ_VARS + ("gpu_node_runtimes", "gpu_node_target_release"
 RESTART_VARS = READ_VARS + ("gpu_node_restart", "gpu_node_restart_timeout_seconds", "gpu_node_restart_settle_seconds")
 # gpu_node_result's keys that belong to the task that registered it, not to the result
 TASK_KEYS = ("changed", "failed", "msg", "warnings", "deprecations", "diff", "skipped", "invocation")
-# a NodeFacts handed from one phase to the next is told apart from a bad argument by this message
-STATE_FIX = "pass the registered result of the role's host step (gpu_node_result.node) unchanged"
 # the device plugin's node labels are written with the containerd step (config.yaml.d)
 DEVICE_PLUGIN_VARS = host_step.DEVICE_PLUGIN_VARS
 # the doctor playbook: what the role plans on the node, and what the doctor checks it against
@@ -114,11 +112,9 @@ class ActionModule(SpecAction):
 
     def _plan(self, result, settings, task_vars, execute_module):
         host = self._host
-        if not settings["release"]:
-            found = role_vars.inventory_release(task_vars, self._templar.template)
-            if found and settings["distribution"] in ("auto", found[2]):
-                settings = dict(settings, release=found[1], distribution=found[2])
-                result["release_from"] = found[0]
+        settings = self._release_settings(settings, task_vars)
+        if settings.get("release_from"):
+            result["release_from"] = settings["release_from"]
         reading = _read_node(execute_module, settings, settings["distribution"], settings["release"] or None)
         if reading.get("failed"):
             return _reading_failed(result, host, reading, ". Nothing was changed.")
@@ -147,6 +143,13 @@ class ActionModule(SpecAction):
                           node=host_state.HostState(facts, plan, host_step.cdi_marker(settings)).to_result())
             return result
         return self._configure(result, settings, facts, plan, execute_module)
+
+    def _release_settings(self, settings, task_vars):
+        """settings with the distribution and release the node is read for (the inventory's, when gpu_node_release is
+        empty) and release_from, the inventory variable it came from, or None."""
+        distribution, release, source = role_vars.release_to_read(settings["distribution"], settings["release"], task_vars,
+                                                                  self._templar.template)
+        return dict(settings, distribution=distribution, release=release, release_from=source)
 
     def _reread(self, result, settings, state, execute_module):
         """After the installs: the node as it is now (runtimes, nvidia-ctk, driver), and whether the CDI spec is due."""
@@ -224,10 +227,7 @@ class ActionModule(SpecAction):
         if not self._task.check_mode:
             return host_step.failed(result, "%s: phase doctor only reads: run it with check_mode: true (the "
                                             "k3s_gpu.nvidia.doctor playbook does)" % host)
-        if not settings["release"]:
-            found = role_vars.inventory_release(task_vars, self._templar.template)
-            if found and settings["distribution"] in ("auto", found[2]):
-                settings = dict(settings, release=found[1], distribution=found[2])
+        settings = self._release_settings(settings, task_vars)
         reading = _read_node(execute_module, settings, settings["distribution"], settings["release"] or None)
         if reading.get("failed"):
             result["doctor"] = doctor.unread(host, host_step.role_message(reading))
@@ -272,8 +272,7 @@ class ActionModule(SpecAction):
         if checked.get("failed"):
             node["refusal"] = host_step.role_message(checked)
             return
-        node["handlers"] = sorted(set([r["name"] for r in checked.get("runtimes_written") or []]
-                                      + [r["name"] for r in checked.get("runtimes_skipped") or []]))
+        node["handlers"] = host_state.handlers_of(checked)
         node["changes"] = [f for f in checked.get("files") or [] if f.get("action") in ("created", "updated", "removed")]
 
     @staticmethod

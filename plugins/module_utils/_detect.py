@@ -21,7 +21,7 @@ import re
 import stat
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import unquote as _unquote
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import unquote
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 MAX_CONFIG_BYTES = 1024 * 1024  # a containerd template is a few KiB; refuse anything huge
@@ -286,7 +286,7 @@ def parse_env_file(text, env):
             continue
         match = _ENV_LINE.match(line)
         if match:
-            env[match.group(1)] = _unquote(match.group(2))
+            env[match.group(1)] = unquote(match.group(2))
 
 
 def _unit_directives(fs, unit, unit_dirs):
@@ -363,7 +363,7 @@ def _expand_variables(command_line, env):
 def cli_flag_value(command_line, flag):
     """Value of `--flag value` / `--flag=value` on a unit's ExecStart (the last one wins)."""
     value = None
-    tokens = [_unquote(t) for t in re.findall(r'"[^"]*"|\'[^\']*\'|\S+', command_line)]
+    tokens = [unquote(t) for t in re.findall(r'"[^"]*"|\'[^\']*\'|\S+', command_line)]
     for index, token in enumerate(tokens):
         if token == flag and index + 1 < len(tokens):
             value = tokens[index + 1]
@@ -375,7 +375,7 @@ def cli_flag_value(command_line, flag):
 def _split_environment(value):
     out = []
     for token in re.findall(r'"[^"]*"|\'[^\']*\'|\S+', value):
-        token = _unquote(token)
+        token = unquote(token)
         if "=" in token:
             out.append(token)
     return out
@@ -462,16 +462,16 @@ def yaml_top_level_list(text, key):
         if match:
             raw = match.group(2).split(" #", 1)[0].strip() if not match.group(2).startswith(("'", '"')) else match.group(2)
             if raw.startswith("[") and raw.endswith("]"):
-                items = [_unquote(i) for i in raw[1:-1].split(",") if i.strip()]
+                items = [unquote(i) for i in raw[1:-1].split(",") if i.strip()]
             elif raw:
-                items = [i.strip() for i in _unquote(raw).split(",") if i.strip()]
+                items = [i.strip() for i in unquote(raw).split(",") if i.strip()]
             else:
                 items = []
             current = (match.group(1) or "=", items)
             found.append(current)
             continue
         if current is not None and re.match(r"^\s*-\s+", line):
-            current[1].append(_unquote(re.sub(r"^\s*-\s+", "", line).split(" #", 1)[0]))
+            current[1].append(unquote(re.sub(r"^\s*-\s+", "", line).split(" #", 1)[0]))
             continue
         if line.strip() and not line.startswith((" ", "\t", "#")):
             current = None

@@ -22,7 +22,7 @@ __metaclass__ = type
 import re
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import line_key as _line_key
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import line_key
 
 K3S = "k3s"
 RKE2 = "rke2"
@@ -432,11 +432,11 @@ def parse_release(distribution, text, newer_release=NEWER_RELEASE_REFUSE):
     release = Release(distribution, text)
     if release.line not in KNOWN_LINES:
         oldest, newest = KNOWN_LINES[0], KNOWN_LINES[-1]
-        if release.key[:2] < _line_key(oldest):
+        if release.key[:2] < line_key(oldest):
             raise K3sGpuError(
                 "%s %s is older than the oldest release line this collection supports (%s); "
                 "upgrade the node to %s or newer" % (distribution, text, oldest, oldest))
-        if release.key[:2] > _line_key(newest) and newer_release == NEWER_RELEASE_ASSUME:
+        if release.key[:2] > line_key(newest) and newer_release == NEWER_RELEASE_ASSUME:
             release.table_line = newest
             return release
         raise K3sGpuError(
@@ -474,10 +474,10 @@ def parse_containerd_version(text, newer_release=NEWER_RELEASE_REFUSE):
     line = "%d.%d" % (major, minor)
     if line not in KNOWN_CONTAINERD_LINES:
         newest = KNOWN_CONTAINERD_LINES[-1]
-        if (major, minor) > _line_key(newest) and newer_release == NEWER_RELEASE_ASSUME:
+        if (major, minor) > line_key(newest) and newer_release == NEWER_RELEASE_ASSUME:
             return newest
         fix = "upgrade containerd to %s or newer" % KNOWN_CONTAINERD_LINES[0]
-        if (major, minor) > _line_key(newest):
+        if (major, minor) > line_key(newest):
             fix = ("upgrade the collection; or, after checking that %s behaves like %s, set {newer_release}=assume_newest_known "
                    "to proceed as on containerd %s with a warning" % (line, newest, newest))
         raise K3sGpuError("containerd %s (line %s) is outside the lines this collection knows (%s to %s)" % (

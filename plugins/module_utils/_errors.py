@@ -40,13 +40,7 @@ class K3sGpuError(ValueError):
 
     def within(self, where):
         """The same error, its cause prefixed with where it happened (a host, a cluster, a file)."""
-        return type(self).of(self, "%s: %s" % (where, self.cause))
-
-    @classmethod
-    def of(cls, error, cause=None):
-        copy = cls.__new__(cls)
-        K3sGpuError.__init__(copy, error.cause if cause is None else cause, error.fix, error.variable)
-        return copy
+        return type(self)("%s: %s" % (where, self.cause), self.fix, self.variable)
 
     def as_dict(self):
         """For a module's failed result: the parts, so that the controller renders them in its user's names."""

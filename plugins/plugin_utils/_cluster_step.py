@@ -197,10 +197,7 @@ def decide(cluster, server, nodes, settings, operator_settings, objects, root="/
               "nodes": [n["host"] for n in nodes], "files": [], "messages": [], "chart_archives": [],
               "gpu_operator": None, "runtimeclasses": None, "device_plugin": None}
     mode_nodes = [{"host": n["host"], "mode": n["mode"], "driver_install": n["driver_install"]} for n in nodes]
-    try:
-        operator_plan = gpu_operator.plan_cluster(server, _plan_settings(operator_settings), mode_nodes)
-    except K3sGpuError as exc:
-        raise K3sGpuError(str(exc)) from exc
+    operator_plan = gpu_operator.plan_cluster(server, _plan_settings(operator_settings), mode_nodes)
     if GPU_OPERATOR in objects:
         result["gpu_operator"] = _operator_files(result, operator_plan, operator_settings, paths, prefix, complete)
     owned = operator_plan["runtimeclasses"]
@@ -210,13 +207,9 @@ def decide(cluster, server, nodes, settings, operator_settings, objects, root="/
             node["operator_runtimeclasses"] = owned
     if not complete and earlier:
         reported.append({"host": "(RuntimeClasses written by an earlier run)", "handlers": earlier})
-    try:
-        classes = runtimeclasses.plan_runtimeclasses(
-            server, reported, node_selector=settings["runtimeclasses_node_selector"] or None,
-            overhead=settings["runtimeclasses_overhead"] or None,
-            select_by_handler_label=settings["runtimeclasses_select_nodes"])
-    except K3sGpuError as exc:
-        raise K3sGpuError(str(exc)) from exc
+    classes = runtimeclasses.plan_runtimeclasses(
+        server, reported, node_selector=settings["runtimeclasses_node_selector"] or None,
+        overhead=settings["runtimeclasses_overhead"] or None, select_by_handler_label=settings["runtimeclasses_select_nodes"])
     if RUNTIMECLASSES in objects:
         result["runtimeclasses"] = _runtimeclass_files(result, classes, settings, paths, prefix, complete)
     if DEVICE_PLUGIN in objects:

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import line_key as _line_key, type_name as _type_name
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import line_key, type_name
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _helmchart as helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _manifest_yaml as manifest_yaml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
@@ -135,7 +135,7 @@ def chart_facts(version):
     """The known-versions row of a chart version ('0.20.0' or 'v0.20.0'), refused when unknown."""
     plain = version.lstrip("v") if isinstance(version, str) else version
     if plain not in release_rules.DEVICE_PLUGIN_VERSIONS:
-        known = ", ".join(sorted(release_rules.DEVICE_PLUGIN_VERSIONS, key=_line_key))
+        known = ", ".join(sorted(release_rules.DEVICE_PLUGIN_VERSIONS, key=line_key))
         raise K3sGpuError(
             "%s is %r, a chart version this collection does not know (its image and values are checked per version); "
             "use one of %s." % (VARIABLES["chart_version"], version, known))
@@ -151,7 +151,7 @@ def check_sharing(sharing, chart, mig_strategy="none", variable=VARIABLES["shari
         return None
     if not isinstance(sharing, Mapping):
         raise K3sGpuError("%s must be a dict such as {strategy: time-slicing, replicas: 4}, got %s." % (
-            variable, _type_name(sharing)))
+            variable, type_name(sharing)))
     if not sharing:
         return None
     _refuse_unknown_keys(sharing, SHARING_KEYS, variable)
@@ -216,7 +216,7 @@ def _check_configs(configs, chart, mig_strategy):
         return {}
     if not isinstance(configs, Mapping):
         raise K3sGpuError("%s must be a dict of config name -> sharing setting, got %s." % (
-            variable, _type_name(configs)))
+            variable, type_name(configs)))
     checked = {}
     for name in sorted(configs, key=str):
         if not isinstance(name, str) or not _CONFIG_NAME.match(name):
@@ -240,7 +240,7 @@ def node_facts(value):
                  "handlers": value.handlers, "config": value.config}
     if not isinstance(value, Mapping):
         raise K3sGpuError("each node must be a dict with the keys %s, got %s." % (
-            ", ".join(NODE_KEYS), _type_name(value)))
+            ", ".join(NODE_KEYS), type_name(value)))
     host = value.get("host")
     if not isinstance(host, str) or not host:
         raise K3sGpuError("a node's host must be its inventory hostname, got %r." % (host,))
@@ -261,7 +261,7 @@ def node_facts(value):
 
 def _check_nodes(nodes):
     if not isinstance(nodes, (list, tuple)):
-        raise K3sGpuError("nodes must be a list of node facts, got %s." % _type_name(nodes))
+        raise K3sGpuError("nodes must be a list of node facts, got %s." % type_name(nodes))
     checked = [node_facts(node) for node in nodes]
     hosts = [node.host for node in checked]
     twice = sorted(set(host for host in hosts if hosts.count(host) > 1))
@@ -276,7 +276,7 @@ def _runtimeclass_pairs(available):
     """[(name, handler)] from RuntimeClass names (handler = name) or {name, handler} dicts."""
     if not isinstance(available, (list, tuple)):
         raise K3sGpuError("runtimeclasses must be a list of RuntimeClass names or {name, handler} dicts, got "
-                          "%s." % _type_name(available))
+                          "%s." % type_name(available))
     pairs = []
     for item in available:
         if isinstance(item, str):
@@ -326,7 +326,7 @@ def choose_runtime_class(available, nodes, wanted=""):
 # --- deviceListStrategy -----------------------------------------------------------------------------
 
 def _kubelet_passes_cdi(profile):
-    return _line_key(profile["line"]) >= _line_key(release_rules.DEVICE_PLUGIN_CDI_CRI_KUBERNETES)
+    return line_key(profile["line"]) >= line_key(release_rules.DEVICE_PLUGIN_CDI_CRI_KUBERNETES)
 
 
 def choose_device_list_strategy(nodes, profile, wanted=AUTO, chart=None):
@@ -367,7 +367,7 @@ def _check_settings(settings):
     if settings is None:
         settings = {}
     if not isinstance(settings, Mapping):
-        raise K3sGpuError("settings must be a dict, got %s." % _type_name(settings))
+        raise K3sGpuError("settings must be a dict, got %s." % type_name(settings))
     _refuse_unknown_keys(settings, SETTING_KEYS, "the device plugin settings")
     chart = chart_facts(settings.get("chart_version") or release_rules.DEVICE_PLUGIN_CHART["default_version"])
     checked = {

@@ -31,7 +31,7 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import line_key as _line_key, type_name as _type_name
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import line_key, type_name
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _helmchart as helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
@@ -195,7 +195,7 @@ def chart_line(version):
     major, minor = version.lstrip("v").split(".")[:2]
     line = "%s.%s" % (int(major), int(minor))
     if line not in release_rules.GPU_OPERATOR_LINES:
-        known = ", ".join(sorted(release_rules.GPU_OPERATOR_LINES, key=_line_key))
+        known = ", ".join(sorted(release_rules.GPU_OPERATOR_LINES, key=line_key))
         raise K3sGpuError(
             "chart_version %s: this collection knows the GPU Operator lines %s (what each creates and deletes, its "
             "values); use one of those, for example %s" % (version, known, release_rules.GPU_OPERATOR_CHART["default_version"]))
@@ -240,7 +240,7 @@ def deep_merge(base, extra):
 
 def _check_settings(settings):
     if not isinstance(settings, Mapping):
-        raise K3sGpuError("settings must be a dict, got %s" % _type_name(settings))
+        raise K3sGpuError("settings must be a dict, got %s" % type_name(settings))
     unknown = sorted(str(key) for key in settings if key not in SETTING_KEYS)
     if unknown:
         raise K3sGpuError("unknown setting(s) %s; the settings are %s" % (", ".join(unknown), ", ".join(SETTING_KEYS)))
@@ -276,18 +276,18 @@ def _check_settings(settings):
         raise K3sGpuError("gpu_node_operator_toolkit must be true or false, got %r" % (checked["toolkit"],))
     for name in ("values", "helmchart_spec"):
         if not isinstance(checked[name], Mapping):
-            raise K3sGpuError("gpu_node_operator_%s must be a dict, got %s" % (name, _type_name(checked[name])))
+            raise K3sGpuError("gpu_node_operator_%s must be a dict, got %s" % (name, type_name(checked[name])))
     return checked
 
 
 def _check_nodes(nodes):
     if not isinstance(nodes, (list, tuple)):
-        raise K3sGpuError("nodes must be a list of {host, mode, driver_install} dicts, got %s" % _type_name(nodes))
+        raise K3sGpuError("nodes must be a list of {host, mode, driver_install} dicts, got %s" % type_name(nodes))
     checked = []
     for index, node in enumerate(nodes):
         where = "nodes[%d]" % index
         if not isinstance(node, Mapping):
-            raise K3sGpuError("%s must be a dict, got %s" % (where, _type_name(node)))
+            raise K3sGpuError("%s must be a dict, got %s" % (where, type_name(node)))
         unknown = sorted(str(key) for key in node if key not in NODE_KEYS)
         if unknown:
             raise K3sGpuError("%s has unknown key(s) %s; the keys are %s" % (where, ", ".join(unknown), ", ".join(NODE_KEYS)))
@@ -324,7 +324,7 @@ def _operator_mode(settings, line, profile, check=True):
                           "refuses NRI without it)")
     mode = "nri" if nri else "cdi" if cdi else "legacy"
     needed = release_rules.GPU_OPERATOR_MODE_CONTAINERD[mode]
-    if needed and _line_key(profile["containerd"]) < _line_key(needed):
+    if needed and line_key(profile["containerd"]) < line_key(needed):
         raise K3sGpuError(
             "the GPU Operator's %s mode needs containerd %s or newer, and %s %s ships containerd %s. %s" % (
                 "NRI plugin" if mode == "nri" else "CDI", needed, profile["distribution"], profile["release"],

@@ -11,7 +11,7 @@ and the cluster step read it back with HostState.from_result. PRIVATE to the col
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
@@ -22,10 +22,13 @@ _SECTIONS = {"distribution": str, "release": str, "root": str, "profile": dict, 
              "files": dict}
 
 
+# the fix of every refusal here: the host state is the role's own, handed from one task to the next
+UNCHANGED = "pass the registered result of the role's host step (gpu_node_result.node) unchanged"
+
+
 def _refuse(what, key, expected, reading):
     found = "a %s" % type(reading[key]).__name__ if key in reading else "missing"
-    return K3sGpuError("%s: %s is %s, not a %s" % (what, key, found, expected),
-                       "pass the registered result of the role's host step (gpu_node_result.node) unchanged")
+    return K3sGpuError("%s: %s is %s, not a %s" % (what, key, found, expected), UNCHANGED)
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,7 @@ class NodeFacts:
     def from_reading(cls, reading, what="the node's reading"):
         """NodeFacts of runtime_info's result (its warnings already taken by the caller). Raises K3sGpuError."""
         if not isinstance(reading, dict):
-            raise K3sGpuError("%s is a %s, not a mapping" % (what, type(reading).__name__),
-                              "pass the registered result of the role's host step (gpu_node_result.node) unchanged")
+            raise K3sGpuError("%s is a %s, not a mapping" % (what, type(reading).__name__), UNCHANGED)
         for key, expected in _SECTIONS.items():
             if not isinstance(reading.get(key), expected):
                 raise _refuse(what, key, expected.__name__, reading)
@@ -87,8 +89,8 @@ class Mode:
 
     @classmethod
     def from_dict(cls, values):
-        known = set(f.name for f in fields(cls))
-        return cls(**dict((k, v) for k, v in (values or {}).items() if k in known))
+        """The Mode of plan_node's decision (a dict with these fields; {} for a host the role leaves alone)."""
+        return cls(**(values or {}))
 
     @property
     def installs_or_removes(self):
@@ -117,6 +119,13 @@ class Plan:
                 "result": dict(self.result)}
 
 
+def handlers_of(outcome):
+    """The runtime handlers containerd serves after a containerd step (containerd_runtimes' result): those it wrote
+    and those the release renders itself."""
+    names = [r["name"] for r in (outcome.get("runtimes_written") or []) + (outcome.get("runtimes_skipped") or [])]
+    return sorted(set(names))
+
+
 @dataclass(frozen=True)
 class Changes:
     """What the containerd step wrote (containerd_runtimes' result): the handler (restart, verify, roll back) needs
@@ -126,8 +135,7 @@ class Changes:
 
     @classmethod
     def of_step(cls, outcome):
-        names = [r["name"] for r in (outcome.get("runtimes_written") or []) + (outcome.get("runtimes_skipped") or [])]
-        return cls(files=list(outcome.get("files") or []), handlers=sorted(set(names)))
+        return cls(files=list(outcome.get("files") or []), handlers=handlers_of(outcome))
 
     @classmethod
     def from_dict(cls, values):
@@ -150,8 +158,7 @@ class HostState:
     def from_result(cls, node, what="gpu_node_result.node"):
         """The HostState an earlier phase registered. Raises K3sGpuError for anything else."""
         if not isinstance(node, dict) or not isinstance(node.get("plan"), dict):
-            raise K3sGpuError("%s holds no host state of the role's host step" % what,
-                              "pass the registered result of the role's host step (gpu_node_result.node) unchanged")
+            raise K3sGpuError("%s holds no host state of the role's host step" % what, UNCHANGED)
         changes = node.get("changes")
         return cls(facts=NodeFacts.from_reading(node.get("facts"), what + ".facts"), plan=Plan.from_dict(node["plan"]),
                    cdi_marker=str(node.get("cdi_marker") or ""),

@@ -164,7 +164,7 @@ def node_result(plan, facts, runtimes):
     result.update(
         runtimes_detected=facts.handlers, written=written,
         rendered_by_release=[r["name"] for r in skipped], runtimes_skipped=skipped,
-        handlers=sorted(set(written) | set(r["name"] for r in skipped)),
+        handlers=host_state.handlers_of(runtimes),
         gpu_operator=facts.gpu_operator["present"], operator_runtimes=list(facts.gpu_operator["runtimes"]),
         template_findings=runtimes.get("template_findings") or [], upgrade_findings=runtimes.get("upgrade_findings") or [],
         runtime_in_use=runtimes.get("runtime_in_use"), cgroup_driver_mismatch=runtimes.get("cgroup_driver_mismatch"),

@@ -22,7 +22,7 @@ __metaclass__ = type
 import json
 import re
 
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import is_list as _is_list
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import is_list
 
 from collections.abc import Mapping
 
@@ -54,7 +54,7 @@ def _value_lines(prefix, value, indent, key_order, lines):
     if isinstance(value, Mapping) and value:
         lines.append(pad + prefix)
         mapping_lines(value, indent + 1, key_order, lines)
-    elif _is_list(value) and value:
+    elif is_list(value) and value:
         lines.append(pad + prefix)
         _sequence_lines(value, indent + 1, key_order, lines)
     elif isinstance(value, str) and _literal_lines(value, pad + "  "):

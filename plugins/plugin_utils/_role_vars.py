@@ -75,6 +75,16 @@ def _load():
 _load()
 
 
+def release_to_read(distribution, release, task_vars, template):
+    """(distribution, release, the inventory variable it came from or None) the node is read for: gpu_node_release
+    when set, else the release the inventory asks for when its distribution fits gpu_node_distribution."""
+    if not release:
+        found = inventory_release(task_vars, template)
+        if found and distribution in ("auto", found[2]):
+            return found[2], found[1], found[0]
+    return distribution, release, None
+
+
 def inventory_release(task_vars, template):
     """(variable, release, distribution) of the first of INVENTORY_RELEASES the inventory sets, else None."""
     for name, distribution in INVENTORY_RELEASES:

@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import is_list as _is_list, type_name as _type_name
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import is_list, type_name
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _manifest_yaml as manifest_yaml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
@@ -111,7 +111,7 @@ def _check_label_value(where, key, value):
     if not isinstance(value, str):
         raise K3sGpuError(
             "%s[%r] must be a string, got %s %r; quote it in YAML (for example 'true' rather than "
-            "true), since Kubernetes label values are strings" % (where, key, _type_name(value), value))
+            "true), since Kubernetes label values are strings" % (where, key, type_name(value), value))
     if len(value) > 63 or not _LABEL_VALUE.match(value):
         raise K3sGpuError(
             "%s[%r]: label value %r is not valid: at most 63 characters of letters, digits, '-', '_' "
@@ -127,7 +127,7 @@ def check_node_selector(node_selector, what="node_selector"):
     if not isinstance(node_selector, Mapping):
         raise K3sGpuError(
             "%s must be a dict of node label -> value, such as "
-            "{'nvidia.com/gpu.present': 'true'}, got %s %r" % (what, _type_name(node_selector), node_selector))
+            "{'nvidia.com/gpu.present': 'true'}, got %s %r" % (what, type_name(node_selector), node_selector))
     result = {}
     for key, value in node_selector.items():
         key = _check_label_key(what, key)
@@ -158,7 +158,7 @@ def _check_quantity(name, value):
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise K3sGpuError(
             "overhead[%r] must be a Kubernetes quantity string such as '250m' or '64Mi' (or an integer), "
-            "got %s %r; quote it" % (name, _type_name(value), value))
+            "got %s %r; quote it" % (name, type_name(value), value))
     text = str(value)
     if text.startswith("-"):
         raise K3sGpuError("overhead[%r] = %r is negative; pod overhead must be zero or more" % (name, value))
@@ -178,7 +178,7 @@ def check_overhead(overhead):
     if not isinstance(overhead, Mapping):
         raise K3sGpuError(
             "overhead must be a dict of resource -> quantity (overhead.podFixed), such as "
-            "{'cpu': '250m', 'memory': '64Mi'}, got %s %r" % (_type_name(overhead), overhead))
+            "{'cpu': '250m', 'memory': '64Mi'}, got %s %r" % (type_name(overhead), overhead))
     if "podFixed" in overhead:
         raise K3sGpuError(
             "overhead is the podFixed map itself: pass {'cpu': '250m', 'memory': '64Mi'}, "
@@ -199,7 +199,7 @@ def _check_cluster(cluster):
     if not isinstance(cluster, Mapping):
         raise K3sGpuError(
             "cluster must be a dict with distribution (k3s or rke2) and release (e.g. v1.33.10+k3s1) of "
-            "the server that applies the manifests, got %s %r" % (_type_name(cluster), cluster))
+            "the server that applies the manifests, got %s %r" % (type_name(cluster), cluster))
     distribution = cluster.get("distribution")
     if distribution not in CLUSTER_DISTRIBUTIONS:
         raise K3sGpuError(
@@ -223,25 +223,25 @@ def _check_cluster(cluster):
 
 
 def _check_names(where, value, what):
-    if not _is_list(value):
+    if not is_list(value):
         raise K3sGpuError(
             "%s must be a list of %s names, such as ['nvidia', 'nvidia-cdi'], got %s %r" % (
-                where, what, _type_name(value), value))
+                where, what, type_name(value), value))
     return [_check_dns_label("%s[%d]" % (where, index), name, what + " name") for index, name in enumerate(value)]
 
 
 def _collect_nodes(nodes):
     """handler -> hosts, operator-owned RuntimeClass -> hosts (hosts sorted, duplicates dropped)."""
-    if not _is_list(nodes):
+    if not is_list(nodes):
         raise K3sGpuError(
             "nodes must be a list of {host, handlers[, gpu_operator, operator_runtimeclasses]} dicts, got %s %r" % (
-                _type_name(nodes), nodes))
+                type_name(nodes), nodes))
     handlers, operator = {}, {}
     for index, node in enumerate(nodes):
         where = "nodes[%d]" % index
         if not isinstance(node, Mapping):
             raise K3sGpuError(
-                "%s must be a dict with host and handlers, got %s %r" % (where, _type_name(node), node))
+                "%s must be a dict with host and handlers, got %s %r" % (where, type_name(node), node))
         unknown = sorted(str(key) for key in node if key not in NODE_KEYS)
         if unknown:
             raise K3sGpuError(
@@ -347,13 +347,13 @@ _KEY_ORDER = ("apiVersion", "kind", "metadata", "name", "labels", "annotations",
 
 def render_manifest_yaml(manifests):
     """Multi-document YAML for the manifests: a comment line, then '---' + one object each, sorted by name."""
-    if not _is_list(manifests):
+    if not is_list(manifests):
         raise K3sGpuError(
-            "manifests must be a list of RuntimeClass dicts (the plan's manifests), got %s" % _type_name(manifests))
+            "manifests must be a list of RuntimeClass dicts (the plan's manifests), got %s" % type_name(manifests))
     checked = []
     for index, manifest in enumerate(manifests):
         if not isinstance(manifest, Mapping):
-            raise K3sGpuError("manifests[%d] must be a dict, got %s %r" % (index, _type_name(manifest), manifest))
+            raise K3sGpuError("manifests[%d] must be a dict, got %s %r" % (index, type_name(manifest), manifest))
         handler = _check_dns_label("manifests[%d].handler" % index, manifest.get("handler"), "RuntimeClass handler")
         metadata = manifest.get("metadata")
         name = metadata.get("name") if isinstance(metadata, Mapping) else None

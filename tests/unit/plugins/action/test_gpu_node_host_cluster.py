@@ -194,7 +194,7 @@ def test_a_handler_the_role_wrote_as_a_dropin_before_the_first_start_gets_its_ru
     # runtime_info's refusal (node side): the release the role's user sets is gpu_node_release
     ({"gpu_node_release": "", "gpu_node_root": None}, "set gpu_node_release"),
     # containerd_runtimes' refusal (the engine): the default runtime the role's user sets
-    ({"gpu_node_default_runtime": "nvidia-experimental"}, "{gpu_node_default_runtime} nvidia-experimental is neither"),
+    ({"gpu_node_default_runtime": "nvidia-experimental"}, "gpu_node_default_runtime nvidia-experimental is neither"),
     ({"gpu_node_newer_release": "refuse", "gpu_node_release": "v1.38.0+k3s1"},
      "set gpu_node_newer_release=assume_newest_known"),
 ])
@@ -202,7 +202,7 @@ def test_an_option_named_by_an_error_is_the_role_variable_the_user_sets(sandbox,
     sandbox.k3s("k3s", "package")
     settings = dict((k, sandbox.root if v is None else v) for k, v in role_vars_set.items())
     result = host_step(sandbox, **settings)
-    assert result["failed"] and words.format(gpu_node_default_runtime="gpu_node_default_runtime") in result["msg"]
+    assert result["failed"] and words in result["msg"]
     # written once: no option name left where the role's variable is meant, no placeholder, no doubled full stop
     assert "{" not in result["msg"].replace("{{", "") and ".." not in result["msg"] and "pass release=" not in result["msg"]
     assert "node" not in result and not [key for key in result if key.startswith("_")]  # no internal state

@@ -131,3 +131,14 @@ def test_a_text_that_reads_as_a_boolean_stays_a_text():
     # -e gpu_node_default_runtime=false arrives as text: a name (the plan refuses a runtime the node lacks)
     assert role_vars.read({"gpu_node_default_runtime": "false"}, identity, ["gpu_node_default_runtime"]) == {
         "default_runtime": "false"}
+
+
+@pytest.mark.parametrize("distribution, release, inventory, expected", [
+    ("auto", "", {"k3s_version": "v1.33.10+k3s1"}, ("k3s", "v1.33.10+k3s1", "k3s_version")),
+    ("auto", "", {"rke2_version": "v1.34.6+rke2r1"}, ("rke2", "v1.34.6+rke2r1", "rke2_version")),
+    ("auto", "v1.31.6+k3s1", {"k3s_version": "v1.33.10+k3s1"}, ("auto", "v1.31.6+k3s1", None)),  # gpu_node_release wins
+    ("rke2", "", {"k3s_version": "v1.33.10+k3s1"}, ("rke2", "", None)),  # another distribution's release is not taken
+    ("auto", "", {}, ("auto", "", None)),
+])
+def test_the_release_read_is_gpu_node_release_else_the_inventorys(distribution, release, inventory, expected):
+    assert role_vars.release_to_read(distribution, release, inventory, identity) == expected
