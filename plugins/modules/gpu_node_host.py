@@ -69,6 +69,13 @@ node:
       the files the containerd step wrote and the handlers it expects). Internal to the role; not part of a failed result.
   returned: success
   type: dict
+settings:
+  description:
+    - The role variables the role's task files read, as the host step resolved them (the user's value, else the
+      default of the role's argument spec), keyed without the C(gpu_node_) prefix - C(root), C(cdi_spec_path),
+      C(proxy_env), C(driver_reboot_timeout_seconds).
+  returned: success
+  type: dict
 install_due:
   description: Whether the role installs, removes or generates something before it configures containerd.
   returned: success
