@@ -22,9 +22,13 @@ class ActionModule(SpecAction):
         for host in args["hosts"]:
             found = hostvars[host].get("gpu_node_result") if host in hostvars else None
             results.append((host, found))
-        # each cluster's result is registered on the host that wrote it (its leader in the cluster play)
+        # each cluster's result is registered on the host that wrote it (its leader in the cluster play); an unchanged
+        # cluster had no writer, and its plan entry holds the decision
         clusters = []
         for cluster in args["clusters"]:
+            if isinstance(cluster.get("result"), dict):
+                clusters.append(cluster["result"])
+                continue
             leader = cluster.get("leader")
             found = hostvars[leader].get("k3s_gpu__cluster_result") if leader and leader in hostvars else None
             clusters.append(found if isinstance(found, dict) and "skipped" not in found else dict(

@@ -59,11 +59,34 @@ class ActionModule(SpecAction):
         active = set(task_vars.get("ansible_play_hosts") or run_hosts)
         found = cluster_step.clusters(self._cluster_of, run_hosts, [h for h in run_hosts if h in active],
                                       list(args["pattern_hosts"]), list(args["servers"]), args["servers_pattern"] or "server")
+        if args["skip_unchanged"]:
+            for entry in found:
+                self._skip_if_unchanged(entry, list(args["objects"]), task_vars)
         partial = " (partial run: nothing removed)"
         result.update(changed=False, clusters=found, hosts=cluster_step.assignments(found, run_hosts),
-                      msg=["cluster %s: written from %s%s" % (c["name"], c["writer"], "" if c["complete"] else partial)
-                           for c in found])
+                      objects=list(args["objects"]),
+                      msg=["cluster %s: %s %s%s" % (c["name"], "unchanged on" if c.get("result") else "written from",
+                                                    c["writer"], "" if c["complete"] else partial) for c in found])
         return result
+
+    def _skip_if_unchanged(self, entry, objects, task_vars):
+        """No writer for a cluster whose manifests are already what this run would write, by the writer's reading in
+        this run (the role's host step read its manifests' digests): the decision goes into the entry as `result`,
+        the one the cluster step would have returned, and no module runs for the cluster. Anything this cannot tell
+        (no reading, a partial run that keeps earlier RuntimeClasses, a follow-up, a refusal) is left to the writer."""
+        reading = self._reading_in_run(entry["writer"])
+        if not entry["leader"] or reading is None or not isinstance(reading.get("manifests"), dict):
+            return
+        try:
+            decided, server, cluster = self._decide(entry, objects, task_vars, reading, read_earlier=False)
+        except K3sGpuError:
+            return  # the writer's task reports it
+        if decided is None or decided["follow_up"]:
+            return
+        if not cluster_step.unchanged_on_server(decided["files"], server["manifests"]):
+            return
+        entry["result"] = dict(decided, changed=False, files=[], msg=self._lines(cluster, server, decided))
+        entry["leader"] = None
 
     def _read(self, result, task_vars):
         """This GPU node's reading (runtime_info), with the release the role would plan for (k3s_version, ...)."""
@@ -97,8 +120,34 @@ class ActionModule(SpecAction):
         return result
 
     def _apply(self, result, args, task_vars):
-        cluster = args["cluster"]
-        objects = list(args["objects"])
+        decided, server, cluster = self._decide(args["cluster"], list(args["objects"]), task_vars)
+        writer = cluster["writer"]
+        result.update(decided, changed=False)
+        if decided["files"]:
+            written = self._execute_module(module_name="k3s_gpu.nvidia.node_files",
+                                           module_args={"files": decided["files"]}, task_vars=task_vars)
+            if written.get("failed"):
+                result.update(failed=True, msg="cluster %s: writing on %s failed: %s" % (
+                    cluster["name"], writer, written.get("msg")))
+                return result
+            result["changed"] = bool(written.get("changed"))
+            if "diff" in written:
+                result["diff"] = written["diff"]
+            # what happened to each file (created, updated, removed), or would happen in check mode
+            result["files"] = [f for f in written.get("files") or [] if f.get("action") != "unchanged"]
+        result["msg"] = self._lines(cluster, server, decided)
+        return result
+
+    @staticmethod
+    def _lines(cluster, server, decided):
+        return ["cluster %s (%s %s, written from %s): %s" % (
+            cluster["name"], server["distribution"], server["release"], cluster["writer"], m) for m in decided["messages"]]
+
+    def _decide(self, cluster, objects, task_vars, server=None, read_earlier=True):
+        """(decided, server reading, cluster) of one cluster: its objects as cluster_step.decide returns them, with
+        follow_up (what Ansible's own modules do after: the air-gapped chart archive, the API method's objects).
+        server: the writer's reading when the caller has it; read_earlier=False: None instead of reading the
+        RuntimeClasses a partial run keeps. Raises K3sGpuError."""
         writer = cluster["writer"]
         writer_vars = self._vars(writer)
         template = self._templar.template
@@ -112,43 +161,37 @@ class ActionModule(SpecAction):
 
         nodes, complete = cluster_step.node_reports(cluster["hosts"], self._vars, node_vars)
         cluster = dict(cluster, complete=cluster["complete"] and complete)
-        server = self._read_server(writer, writer_vars, server_vars, task_vars)
+        if server is None:
+            server = self._read_server(writer, writer_vars, server_vars, task_vars)
         if server.get("failed"):
             raise K3sGpuError("cluster %s: reading the server %s failed: %s" % (
                 cluster["name"], writer, host_step.role_message(server)))
         earlier = None
         if not cluster["complete"] and cluster_step.RUNTIMECLASSES in objects:
+            if not read_earlier:
+                return None, server, cluster
             earlier = self._earlier_handlers(server, server_vars["root"], task_vars)
         try:
             decided = cluster_step.decide(cluster, server, nodes, settings, operator, objects, server_vars["root"], earlier,
                                           plugin_settings=plugin)
         except K3sGpuError as exc:
             raise exc.within("cluster %s (written from %s)" % (cluster["name"], writer)) from exc
-        result.update(decided, changed=False)
-        # what Ansible's own modules do after this step: the air-gapped chart archive, the API method's objects
-        result["follow_up"] = bool(decided["chart_archives"]) or (decided["runtimeclasses"] or {}).get("method") == "api"
-        if decided["files"]:
-            written = self._execute_module(module_name="k3s_gpu.nvidia.node_files",
-                                           module_args={"files": decided["files"]}, task_vars=task_vars)
-            if written.get("failed"):
-                result.update(failed=True, msg="cluster %s: writing on %s failed: %s" % (
-                    cluster["name"], writer, written.get("msg")))
-                return result
-            result["changed"] = bool(written.get("changed"))
-            if "diff" in written:
-                result["diff"] = written["diff"]
-            # what happened to each file (created, updated, removed), or would happen in check mode
-            result["files"] = [f for f in written.get("files") or [] if f.get("action") != "unchanged"]
-        result["msg"] = ["cluster %s (%s %s, written from %s): %s" % (
-            cluster["name"], server["distribution"], server["release"], writer, m) for m in decided["messages"]]
-        return result
+        decided["follow_up"] = bool(decided["chart_archives"]) or (decided["runtimeclasses"] or {}).get("method") == "api"
+        return decided, server, cluster
+
+    def _reading_in_run(self, host):
+        """The host's reading by the role's host step in this run, or None."""
+        own = self._vars(host).get("gpu_node_result")
+        if isinstance(own, dict) and isinstance(own.get("node"), dict):
+            return host_state.HostState.from_result(own["node"], "%s: gpu_node_result.node" % host).facts.reading
+        return None
 
     def _read_server(self, writer, writer_vars, server_vars, task_vars):
         """The host's reading from this run (the role's host step read it when it is a GPU node), else one now, for the
         release the role would plan for."""
-        own = writer_vars.get("gpu_node_result")
-        if isinstance(own, dict) and isinstance(own.get("node"), dict):
-            return host_state.HostState.from_result(own["node"], "%s: gpu_node_result.node" % writer).facts.reading
+        own = self._reading_in_run(writer)
+        if own is not None:
+            return own
         distribution, release, _source = role_vars.release_to_read(server_vars["distribution"], server_vars["release"],
                                                                    writer_vars, self._templar.template)
 

@@ -823,6 +823,21 @@ def file_facts(fs, path, include_content):
     return facts
 
 
+def manifest_facts(fs, path):
+    """State, mode and SHA-256 of one of the collection's manifests on a server (no text: the cluster step compares what
+    it would write against the digest, and writes only what differs)."""
+    lst = fs.lstat(path)
+    if lst is None:
+        return {"path": path, "state": "absent"}
+    if not stat.S_ISREG(lst.st_mode):
+        return {"path": path, "state": "link" if stat.S_ISLNK(lst.st_mode) else "other"}
+    data = fs.read_bytes(path) if lst.st_size <= MAX_CONFIG_BYTES else None
+    found = {"path": path, "state": "file", "mode": "%04o" % stat.S_IMODE(lst.st_mode)}
+    if data is not None:
+        found["sha256"] = hashlib.sha256(data).hexdigest()
+    return found
+
+
 def original_facts(fs, paths, keys):
     """<key>_orig and <key>_record: the bytes of a user's file before the collection's first edit, and the SHA-256 of
     the text the collection last left in it (distro.ORIGINAL_SUFFIX, distro.RECORD_SUFFIX), with their text."""
@@ -960,6 +975,8 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
                                           newer_release)
         facts["runtime_in_use"] = in_use
         _k3s_runtime_facts(fs, facts, service, exec_line)
+        facts["manifests"] = dict((name, manifest_facts(fs, "%s/%s" % (paths["manifests_dir"], name)))
+                                  for name in distro.COLLECTION_MANIFESTS)
     if path:
         facts["files"]["override"] = file_facts(fs, path, True)
     facts["units"] = units
@@ -1003,6 +1020,7 @@ def _containerd_node_facts(fs, facts, paths):
                                "endpoint": None, "source": None, "docker": False, "docker_source": None}
     facts["kubelet"] = kubelet_facts(fs)
     facts["containerd_binary"] = find_binary(fs, facts["distribution"])
+    facts["manifests"] = {}  # no k3s/rke2 server: nothing deploys manifests
     return {"unit_file": None, "env_files": [], "path": distro.SYSTEMD_DEFAULT_PATH}
 
 

@@ -364,6 +364,14 @@ def distribution_paths(distribution, data_dir=None):
     }
 
 
+# the manifests the collection writes into a k3s/rke2 server's manifests directory (the cluster step); runtime_info
+# reports their state so that a run compares them without writing
+OPERATOR_MANIFEST = "k3s-gpu-nvidia-gpu-operator.yaml"
+RUNTIMECLASS_MANIFEST = "k3s-gpu-nvidia-runtimeclasses.yaml"
+DEVICE_PLUGIN_MANIFEST = "k3s-gpu-nvidia-device-plugin.yaml"
+COLLECTION_MANIFESTS = (OPERATOR_MANIFEST, RUNTIMECLASS_MANIFEST, DEVICE_PLUGIN_MANIFEST)
+
+
 # --- versions ------------------------------------------------------------------------------------
 
 _RELEASE_RE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-(?:rc|alpha|beta)\d*)?(?:\+(k3s|rke2r)(\d+))?$")

@@ -98,6 +98,7 @@ GPU_CLUSTER_SPEC = dict(
     servers_pattern=dict(type="str", default="server"),
     cluster=dict(type="dict"),
     objects=dict(type="list", elements="str", choices=CLUSTER_OBJECTS, default=list(CLUSTER_OBJECTS)),
+    skip_unchanged=dict(type="bool", default=False),
 )
 GPU_CLUSTER_REQUIRED_IF = [("phase", "apply", ("cluster",)), ("phase", "inspect", ("cluster",))]
 

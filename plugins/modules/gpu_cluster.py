@@ -52,11 +52,21 @@ options:
     description: V(apply), V(inspect) - one entry of the V(plan) phase's RV(clusters) (required there).
     type: dict
   objects:
-    description: V(apply) - what this run writes.
+    description: V(apply) - what this run writes; V(plan) - what the run's V(apply) writes (returned as RV(objects), and
+      compared with O(skip_unchanged)).
     type: list
     elements: str
     choices: [gpu_operator, runtimeclasses, device_plugin]
     default: [gpu_operator, runtimeclasses, device_plugin]
+  skip_unchanged:
+    description:
+      - V(plan) - leave out of the writers each cluster whose manifests on its writing server are already what V(apply)
+        would write, judged by that server's reading by the gpu_node role in this run (runtime_info's RV(k3s_gpu.nvidia.runtime_info#module:manifests)).
+        Its decision is returned in the cluster's C(result) and no module runs for it.
+      - A cluster whose writer was not read in this run, a partial run that keeps earlier RuntimeClasses, an air-gapped chart
+        archive, the API method and a refusal are left to V(apply).
+    type: bool
+    default: false
 seealso:
   - module: k3s_gpu.nvidia.runtime_info
   - module: k3s_gpu.nvidia.node_files
@@ -93,6 +103,20 @@ clusters:
     complete:
       description: Whether the run sees every host of the cluster (else nothing is removed).
       type: bool
+    leader:
+      description: The host whose task writes for the cluster (delegated to the writer), or null when none does (all its hosts
+        failed, or O(skip_unchanged) found it unchanged).
+      type: str
+    result:
+      description: With O(skip_unchanged), for a cluster whose manifests are unchanged - what V(apply) would have
+        returned (RV(gpu_operator), RV(runtimeclasses), RV(device_plugin), C(msg); C(changed) false, no C(files)).
+      type: dict
+      returned: when the cluster is unchanged
+objects:
+  description: V(plan) - the objects of O(objects), for the V(apply) tasks.
+  returned: success
+  type: list
+  elements: str
 gpu_operator:
   description: V(apply) - the cluster's GPU Operator HelmChart (C(wanted), C(chart_version), C(operator_mode), C(operator_nodes), C(manifest)).
   returned: success

@@ -358,6 +358,18 @@ other_dropins:
   returned: success
   type: list
   elements: dict
+manifests:
+  description:
+    - The manifests this collection writes into a k3s/rke2 server's manifests directory (the GPU Operator and device plugin
+      HelmCharts, the RuntimeClasses), by file name - C(path), C(state) (V(file), V(absent), V(link), V(other)) and, for a
+      file, C(mode) and C(sha256) of its bytes (never its text). On an agent every one is V(absent); empty for plain containerd.
+    - The fleet run (k3s_gpu.nvidia.site) compares them with what it would write, so that an unchanged cluster costs no
+      module execution.
+  returned: success
+  type: dict
+  sample:
+    k3s-gpu-nvidia-runtimeclasses.yaml: {path: /var/lib/rancher/k3s/server/manifests/k3s-gpu-nvidia-runtimeclasses.yaml,
+                                         state: file, mode: "0600", sha256: 3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855}
 binaries:
   description: For each path in O(binaries), its state (V(file), V(absent), V(dangling), V(directory), V(relative)) and executable bit.
   returned: success

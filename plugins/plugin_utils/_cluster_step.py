@@ -15,11 +15,13 @@ PRIVATE to the collection."""
 
 from __future__ import annotations
 
+import hashlib
 
 import yaml
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as gpu_operator
@@ -31,7 +33,7 @@ GPU_OPERATOR = "gpu_operator"
 RUNTIMECLASSES = "runtimeclasses"
 DEVICE_PLUGIN = "device_plugin"
 OBJECTS = (GPU_OPERATOR, RUNTIMECLASSES, DEVICE_PLUGIN)
-RUNTIMECLASS_MANIFEST = "k3s-gpu-nvidia-runtimeclasses.yaml"
+RUNTIMECLASS_MANIFEST = distro.RUNTIMECLASS_MANIFEST
 OPERATOR_MANIFEST = gpu_operator.MANIFEST_FILE
 MANIFESTS = (OPERATOR_MANIFEST, RUNTIMECLASS_MANIFEST, device_plugin.MANIFEST_FILE)
 # what the verify playbook cannot tell without a cluster
@@ -321,6 +323,23 @@ def _device_plugin_files(result, server, nodes, plugin_settings, operator_wanted
         result["messages"].append("device plugin manifest left as it is: this run does not see every GPU node of the "
                                   "cluster (--limit, or a node failed), and only a full run removes it")
     return report
+
+
+def unchanged_on_server(files, manifests):
+    """Whether node_files would leave every one of these manifest entries (decide()'s files) as it is, by the writer's
+    reading of its manifests (runtime_info's `manifests`: state, mode and SHA-256 of each). False where the reading
+    cannot tell (a manifest it did not read, a file it could not digest)."""
+    for entry in files:
+        seen = manifests.get(entry["path"].rsplit("/", 1)[-1])
+        if not isinstance(seen, dict) or not entry["path"].endswith(str(seen.get("path"))):
+            return False
+        if entry["state"] == "absent":
+            if seen["state"] != "absent":
+                return False
+        elif seen["state"] != "file" or seen.get("mode") != entry["mode"] or seen.get("sha256") != hashlib.sha256(
+                entry["content"].encode("utf-8")).hexdigest():
+            return False
+    return True
 
 
 def inspection_lines(cluster, found):

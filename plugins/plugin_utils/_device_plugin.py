@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import line_key, type_name
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _helmchart as helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _manifest_yaml as manifest_yaml
@@ -41,7 +42,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sG
 # Also the Helm release name: it contains the chart name, so the chart names its objects
 # nvidia-device-plugin, nvidia-device-plugin-configs, ... (templates/_helpers.tpl fullname).
 HELMCHART_NAME = "nvidia-device-plugin"
-MANIFEST_FILE = "k3s-gpu-nvidia-device-plugin.yaml"
+MANIFEST_FILE = distro.DEVICE_PLUGIN_MANIFEST
 DEFAULT_NAMESPACE = "nvidia-device-plugin"
 
 # The label that places the plugin: the role's GPU nodes get it, the chart's affinity matches only it.

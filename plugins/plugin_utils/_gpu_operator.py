@@ -46,7 +46,7 @@ MANAGED_BY_LABEL = runtimeclasses.MANAGED_BY_LABEL
 MANAGED_BY = runtimeclasses.MANAGED_BY
 
 HELMCHART_NAME = "gpu-operator"
-MANIFEST_FILE = "k3s-gpu-nvidia-gpu-operator.yaml"
+MANIFEST_FILE = distro.OPERATOR_MANIFEST
 
 # k3s and rke2 both run containerd at this socket; the operator's toolkit signals containerd there.
 K3S_CONTAINERD_SOCKET = "/run/k3s/containerd/containerd.sock"

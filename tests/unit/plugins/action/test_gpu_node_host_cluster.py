@@ -24,11 +24,13 @@ from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_cluster, gpu_n
 from ansible_collections.k3s_gpu.nvidia.plugins.modules import node_files, runtime_info
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_step as cluster_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _summary as summary
 from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.action.action_harness import make_action
 
 RELEASE = "v1.31.6+k3s1"
 NODE_MODULES = {"k3s_gpu.nvidia.runtime_info": runtime_info, "k3s_gpu.nvidia.node_files": node_files}
 TEMPLATE = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
+SHA_A = "87428fc522803d31065e7bce3cf03fe475096631e5e07bbd7a0fde60c4cf25c7"  # SHA-256 of "a\n"
 
 
 def run_node_module(name, module_args, check_mode):
@@ -133,6 +135,67 @@ def test_the_cluster_plan_names_the_writer_of_each_cluster():
     assert not result.get("failed"), result.get("msg")
     assert sorted((c["name"], c["writer"], c["complete"]) for c in result["clusters"]) == [
         ("default", "server1", True), ("east", "server2", True)]
+
+
+def cluster_plan(hostvars, skip_unchanged=True):
+    action = make(gpu_cluster, {"phase": "plan", "hosts": ["gpu1"], "pattern_hosts": ["gpu1"], "servers": ["gpu1"],
+                                "skip_unchanged": skip_unchanged})
+    result = action.run(task_vars={"hostvars": hostvars, "ansible_play_hosts": ["gpu1"]})
+    assert not result.get("failed"), result.get("msg")
+    return result
+
+
+def test_a_cluster_whose_manifests_are_as_they_would_be_written_gets_no_writer(sandbox):
+    # one node that is its cluster's server and GPU node: the role's host step reads it (its manifests' digests too)
+    sandbox.k3s("k3s", "package")
+    node_vars = {"gpu_node_root": sandbox.root, "gpu_node_release": RELEASE}
+
+    def read_node():
+        result = host_step(sandbox)
+        assert not result.get("failed"), result.get("msg")
+        return {"gpu1": dict(node_vars, gpu_node_result=result)}
+
+    first = cluster_plan(read_node())
+    assert first["clusters"][0]["leader"] == "gpu1" and "result" not in first["clusters"][0]
+    assert first["hosts"]["gpu1"]["writes"] and first["objects"] == list(cluster_step.OBJECTS)
+    hostvars = read_node()
+    written = make(gpu_cluster, {"cluster": first["clusters"][0]}).run(task_vars={"hostvars": hostvars})
+    assert written["changed"] and [f["action"] for f in written["files"]] == ["created", "created"], written
+    snapshot = sandbox.snapshot()
+    # the next run: the reading shows the manifest as the cluster step would write it
+    again = cluster_plan(read_node())
+    entry = again["clusters"][0]
+    assert entry["leader"] is None and not again["hosts"]["gpu1"]["writes"]
+    assert entry["result"]["changed"] is False and entry["result"]["files"] == []
+    assert entry["result"]["msg"] == written["msg"] and entry["result"]["device_plugin"] == written["device_plugin"]
+    assert again["msg"] == ["cluster default: unchanged on gpu1"] and sandbox.snapshot() == snapshot
+    # the summary takes the plan's decision for it: the same row as a write that changed nothing
+    rows = summary.summarize([], clusters=[entry["result"]])["clusters"]
+    assert rows[0]["status"] == "done" and not rows[0]["changed"] and rows[0]["device_plugin"]
+    # without the option, and once the manifest differs from what would be written, the writer writes as before
+    assert cluster_plan(read_node(), skip_unchanged=False)["clusters"][0]["leader"] == "gpu1"
+    manifest = "/var/lib/rancher/k3s/server/manifests/k3s-gpu-nvidia-device-plugin.yaml"
+    sandbox.write(manifest, sandbox.read(manifest).decode() + "# edited\n", mode=0o600)
+    assert cluster_plan(read_node())["clusters"][0]["leader"] == "gpu1"
+
+
+@pytest.mark.parametrize("entry, seen, unchanged", [
+    ({"state": "absent"}, {"state": "absent"}, True),
+    ({"state": "absent"}, {"state": "file", "mode": "0600", "sha256": "x"}, False),
+    ({"state": "file", "content": "a\n", "mode": "0600"}, {"state": "file", "mode": "0600", "sha256": SHA_A}, True),
+    ({"state": "file", "content": "a\n", "mode": "0600"}, {"state": "file", "mode": "0644", "sha256": SHA_A}, False),
+    ({"state": "file", "content": "b\n", "mode": "0600"}, {"state": "file", "mode": "0600", "sha256": SHA_A}, False),
+    ({"state": "file", "content": "a\n", "mode": "0600"}, {"state": "file", "mode": "0600"}, False),  # too large to digest
+    ({"state": "file", "content": "a\n", "mode": "0600"}, {"state": "link"}, False),
+    ({"state": "file", "content": "a\n", "mode": "0600"}, None, False),  # not in the reading
+])
+def test_a_manifest_is_unchanged_only_when_the_reading_shows_what_would_be_written(entry, seen, unchanged):
+    path = "/var/lib/rancher/k3s/server/manifests/k3s-gpu-nvidia-runtimeclasses.yaml"
+    manifests = {} if seen is None else {"k3s-gpu-nvidia-runtimeclasses.yaml": dict(seen, path=path)}
+    assert cluster_step.unchanged_on_server([dict(entry, path="/srv/node" + path)], manifests) is unchanged
+    # another server's directory (another data-dir) is not the file the reading saw
+    assert not cluster_step.unchanged_on_server([dict(entry, path="/srv/node/elsewhere/k3s-gpu-nvidia-runtimeclasses.yaml")],
+                                                manifests)
 
 
 # ------------------------------------------------------------------ the error paths each action reports

@@ -345,3 +345,29 @@ def test_asked_distribution_on_an_empty_tree_is_planned_for(sandbox):
     # nothing installed yet (an inventory that says k3s_version): the tree is k3s's from the first run
     facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
     assert facts["distribution"] == "k3s" and facts["release_source"] == "option"
+
+
+def test_the_collections_manifests_are_read_as_digests_never_as_text(sandbox):
+    sandbox.k3s("k3s", "package")
+    manifests = "/var/lib/rancher/k3s/server/manifests"
+    sandbox.write(manifests + "/k3s-gpu-nvidia-runtimeclasses.yaml", "kind: RuntimeClass\n", mode=0o600)
+    sandbox.mkdir(manifests + "/k3s-gpu-nvidia-device-plugin.yaml")
+    found = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1")["manifests"]
+    assert found == {
+        "k3s-gpu-nvidia-gpu-operator.yaml": {"path": manifests + "/k3s-gpu-nvidia-gpu-operator.yaml", "state": "absent"},
+        "k3s-gpu-nvidia-runtimeclasses.yaml": {
+            "path": manifests + "/k3s-gpu-nvidia-runtimeclasses.yaml", "state": "file", "mode": "0600",
+            "sha256": "e11a6b7a9d5f779c31baec0eb5a099ff912fb0bdc865699e949403ba88b8adf7"},
+        "k3s-gpu-nvidia-device-plugin.yaml": {"path": manifests + "/k3s-gpu-nvidia-device-plugin.yaml", "state": "other"},
+    }
+
+
+def test_an_agent_has_none_of_the_manifests_and_plain_containerd_no_list(sandbox):
+    sandbox.k3s("rke2", "package")
+    found = detect.gather(sandbox.root, "rke2", "v1.31.6+rke2r1")["manifests"]
+    assert sorted(found) == sorted(["k3s-gpu-nvidia-gpu-operator.yaml", "k3s-gpu-nvidia-runtimeclasses.yaml",
+                                    "k3s-gpu-nvidia-device-plugin.yaml"])
+    assert set(entry["state"] for entry in found.values()) == {"absent"}
+    assert all(entry["path"].startswith("/var/lib/rancher/rke2/server/manifests/") for entry in found.values())
+    sandbox.binary("/usr/local/bin/containerd")
+    assert detect.gather(sandbox.root, "containerd", "2.1.4")["manifests"] == {}
