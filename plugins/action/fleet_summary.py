@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _summary as summary
 
@@ -18,10 +19,7 @@ class ActionModule(SpecAction):
 
     def run_validated(self, result, args, task_vars):
         hostvars = task_vars["hostvars"]
-        results = []
-        for host in args["hosts"]:
-            found = hostvars[host].get("gpu_node_result") if host in hostvars else None
-            results.append((host, found))
+        results = [(host, role_vars.registered(hostvars, host).get("gpu_node_result")) for host in args["hosts"]]
         # each cluster's result is registered on the host that wrote it (its leader in the cluster play); an unchanged
         # cluster had no writer, and its plan entry holds the decision
         clusters = []
@@ -30,7 +28,7 @@ class ActionModule(SpecAction):
                 clusters.append(cluster["result"])
                 continue
             leader = cluster.get("leader")
-            found = hostvars[leader].get("k3s_gpu__cluster_result") if leader and leader in hostvars else None
+            found = role_vars.registered(hostvars, leader).get("k3s_gpu__cluster_result") if leader else None
             clusters.append(found if isinstance(found, dict) and "skipped" not in found else dict(
                 failed=True, item=cluster, msg="not written: no host of cluster %s was left in the play" % cluster.get("name")))
         result.update(summary.summarize(results, check_mode=bool(self._task.check_mode), clusters=clusters), changed=False)

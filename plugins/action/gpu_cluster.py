@@ -50,6 +50,10 @@ class ActionModule(SpecAction):
     def _vars(self, host):
         return self._hostvars[host] if host in self._hostvars else {}
 
+    def _registered(self, host):
+        """What tasks registered on the host in this run (gpu_node_result, the runtimeclasses playbook's reading)."""
+        return role_vars.registered(self._hostvars, host)
+
     def _cluster_of(self, host):
         return str(self._vars(host).get("k3s_gpu_cluster", cluster_step.DEFAULT_CLUSTER) or cluster_step.DEFAULT_CLUSTER)
 
@@ -159,7 +163,7 @@ class ActionModule(SpecAction):
         def node_vars(host):
             return role_vars.read(self._vars(host), template, cluster_step.NODE_VARS)
 
-        nodes, complete = cluster_step.node_reports(cluster["hosts"], self._vars, node_vars)
+        nodes, complete = cluster_step.node_reports(cluster["hosts"], self._registered, node_vars)
         cluster = dict(cluster, complete=cluster["complete"] and complete)
         if server is None:
             server = self._read_server(writer, writer_vars, server_vars, task_vars)
@@ -181,7 +185,7 @@ class ActionModule(SpecAction):
 
     def _reading_in_run(self, host):
         """The host's reading by the role's host step in this run, or None."""
-        own = self._vars(host).get("gpu_node_result")
+        own = self._registered(host).get("gpu_node_result")
         if isinstance(own, dict) and isinstance(own.get("node"), dict):
             return host_state.HostState.from_result(own["node"], "%s: gpu_node_result.node" % host).facts.reading
         return None

@@ -130,7 +130,7 @@ def assignments(found, run_hosts):
 def node_reports(hosts, host_vars, read_node_vars):
     """What each host of a cluster tells: ([{host, handlers, gpu_operator, mode, driver_install}], complete).
 
-    host_vars(host): the host's variables (gpu_node_result from the role in this run, or the runtimeclasses playbook's
+    host_vars(host): what tasks registered on the host (gpu_node_result from the role in this run, or the runtimeclasses playbook's
     reading); read_node_vars(host): its gpu_node_mode and gpu_node_driver_install, converted. A host whose role step
     failed, or that has no reading at all (unreachable), makes the picture incomplete; a host the role left alone (no
     GPU) is not a GPU node. A host with neither (the gpu_operator playbook on its own) counts with its mode only."""
