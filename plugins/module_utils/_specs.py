@@ -26,6 +26,7 @@ RUNTIME_INFO_SPEC = dict(
     path=dict(type="path"),
     binaries=dict(type="list", elements="path", default=[]),
     include_content=dict(type="bool", default=False),
+    include_plan=dict(type="bool", default=True),
 )
 
 RUNTIME_SPEC = dict(

@@ -105,6 +105,13 @@ options:
         nothing costs one round trip.
     type: bool
     default: false
+  include_plan:
+    description:
+      - Return RV(plan), what M(k3s_gpu.nvidia.containerd_runtimes) would do with its default options. The gpu_node role
+        and M(k3s_gpu.nvidia.containerd_runtimes) read without it (they plan on the controller), which spares every
+        node the planner's code.
+    type: bool
+    default: true
 notes:
   - The GPU is not needed; a node without a driver reports C(loaded=false) in RV(driver).
 seealso:
@@ -379,7 +386,7 @@ plan:
     - What M(k3s_gpu.nvidia.containerd_runtimes) would do for the NVIDIA runtimes found, with its default options -
       target mode (V(dropin), V(template), V(config)), path, schema, the runtimes to write, those skipped and why.
     - When nothing can be written safely, C(plan.error) says why.
-  returned: success
+  returned: when O(include_plan) is true
   type: dict
   sample:
     mode: template
@@ -392,7 +399,6 @@ plan:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import RUNTIME_INFO_SPEC
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
@@ -410,15 +416,23 @@ def main():
         module.fail_json(msg=exc.text(), error=exc.as_dict())
     if facts["profile"].get("assumed_warning"):
         module.warn(facts["profile"]["assumed_warning"])
-    try:
-        plan = planner.summarize(planner.make_plan(facts, path=params["path"]))
-    except K3sGpuError as exc:
-        plan = {"error": str(exc)}
+    result = dict(facts if params["include_content"] else detect.strip_content(facts))
+    if params["include_plan"]:
+        result["plan"] = _plan(facts, params["path"])
     if facts["known_bad_release"]:
         module.warn("%s %s: %s" % (facts["distribution"], facts["release"], facts["known_bad_release"]))
-    result = facts if params["include_content"] else detect.strip_content(facts)
     read_options = dict((key, params[key]) for key in RUNTIME_INFO_SPEC)
-    module.exit_json(changed=False, plan=plan, read_options=read_options, **result)
+    module.exit_json(changed=False, read_options=read_options, **result)
+
+
+def _plan(facts, path):
+    """What containerd_runtimes would do with its default options. Imported here: a node read without it (the role's
+    every run) does not compile the planner."""
+    from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
+    try:
+        return planner.summarize(planner.make_plan(facts, path=path))
+    except K3sGpuError as exc:
+        return {"error": str(exc)}
 
 
 if __name__ == "__main__":

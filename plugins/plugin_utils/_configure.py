@@ -34,7 +34,7 @@ def read_node(execute_module, params, binaries=()):
     return execute_module("k3s_gpu.nvidia.runtime_info", dict(
         root=params["root"], distribution=params["distribution"], release=params["release"], data_dir=params["data_dir"],
         toolkit_dirs=params["toolkit_dirs"], path=params.get("path"), newer_release=params["newer_release"],
-        binaries=[b for b in binaries if b.startswith("/")], include_content=True))
+        binaries=[b for b in binaries if b.startswith("/")], include_content=True, include_plan=False))
 
 
 def config_text(info, key):

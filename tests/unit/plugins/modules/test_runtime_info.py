@@ -8,6 +8,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -43,6 +46,19 @@ def test_include_content(sandbox, capsys):
     sandbox.write("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl", '{{ template "base" . }}\n')
     result = run_module(runtime_info, capsys, {"root": sandbox.root, "release": "v1.31.6+k3s1", "include_content": True})
     assert result["files"]["template_v3"]["content"] == '{{ template "base" . }}\n'
+
+
+def test_a_reading_without_the_plan_spares_the_node_the_planner(sandbox, capsys):
+    # what the gpu_node role and containerd_runtimes ask for: they plan on the controller
+    sandbox.k3s("k3s", "package")
+    result = run_module(runtime_info, capsys, {"root": sandbox.root, "release": "v1.31.6+k3s1", "include_plan": False})
+    assert not result.get("failed") and "plan" not in result and result["read_options"]["include_plan"] is False
+    # the module imports the planner only when it is asked for the plan (a fresh interpreter, as on a node)
+    probe = ("import sys; from ansible_collections.k3s_gpu.nvidia.plugins.modules import runtime_info; "
+             "print('ansible_collections.k3s_gpu.nvidia.plugins.module_utils._plan' in sys.modules)")
+    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                           env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)))
+    assert found.stdout.strip() == "False", found.stderr
 
 
 def test_plan_error_is_reported_not_raised(sandbox, capsys):
