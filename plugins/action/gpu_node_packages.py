@@ -154,9 +154,10 @@ class ActionModule(SpecAction):
             found = packages.key_fingerprints(shown.get("stdout") or "")
             if not packages.fingerprint_matches(source["fingerprint"], found):
                 raise K3sGpuError(
-                    "%s: the key from %s has fingerprint(s) %s, not %s; the repository %s was not added and nothing was "
-                    "installed. Check the key URL (or your mirror) and the fingerprint variable." % (
-                        self._host, source["key_url"], ", ".join(found) or "none", source["fingerprint"], source["url"]))
+                    "%s: the key from %s has fingerprint(s) %s, not "
+                    "%s" % (self._host, source["key_url"], ", ".join(found) or "none", source["fingerprint"]),
+                    fix="the repository %s was not added and nothing was installed. Check the key URL (or your mirror) "
+                        "and the fingerprint variable." % (source["url"],))
             self._module("ansible.builtin.file", {"path": release_rules.KEYRING_DIRS[source["family"]], "state": "directory",
                                                   "mode": "0755"})
             return bool(self._module("ansible.builtin.copy", {"src": temp, "remote_src": True, "dest": source["key_path"],

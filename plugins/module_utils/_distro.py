@@ -385,8 +385,8 @@ class Release:
         match = _RELEASE_RE.match(text.strip())
         if not match:
             raise K3sGpuError(
-                "release %r is not a %s version; expected the form v1.31.6+%s1" % (
-                    text, distribution, "k3s" if distribution == K3S else "rke2r"))
+                "release %r is not a %s version" % (text, distribution),
+                fix="expected the form v1.31.6+%s1" % ("k3s" if distribution == K3S else "rke2r",))
         major, minor, patch, suffix, revision = match.groups()
         expected_suffix = "k3s" if distribution == K3S else "rke2r"
         if suffix and suffix != expected_suffix:
@@ -442,8 +442,9 @@ def parse_release(distribution, text, newer_release=NEWER_RELEASE_REFUSE):
         oldest, newest = KNOWN_LINES[0], KNOWN_LINES[-1]
         if release.key[:2] < line_key(oldest):
             raise K3sGpuError(
-                "%s %s is older than the oldest release line this collection supports (%s); "
-                "upgrade the node to %s or newer" % (distribution, text, oldest, oldest))
+                "%s %s is older than the oldest release line this collection supports "
+                "(%s)" % (distribution, text, oldest),
+                fix="upgrade the node to %s or newer" % (oldest,))
         if release.key[:2] > line_key(newest) and newer_release == NEWER_RELEASE_ASSUME:
             release.table_line = newest
             return release

@@ -60,20 +60,23 @@ def _refuse_unusable(info, what):
     state = info.get("state")
     path = info.get("path")
     if state == "link":
-        raise K3sGpuError("%s %s is a symlink; refusing to write through it. Point path= at the real "
-                          "file, or replace the link with a regular file" % (what, path))
+        raise K3sGpuError(
+            "%s %s is a symlink" % (what, path),
+            fix="refusing to write through it. Point path= at the real file, or replace the link with a regular file")
     if state == "directory":
-        raise K3sGpuError("%s %s is a directory; expected a file. Remove or rename the directory" % (what, path))
+        raise K3sGpuError("%s %s is a directory" % (what, path), fix="expected a file. Remove or rename the directory")
     if state == "other":
         raise K3sGpuError("%s %s is not a regular file" % (what, path))
     error = info.get("error")
     if error == "too_large":
-        raise K3sGpuError("%s %s is %d bytes, larger than the 1 MiB this module edits; a containerd "
-                          "config is a few KiB, so check that this is the right file" % (what, path, info.get("size", 0)))
+        raise K3sGpuError(
+            "%s %s is %d bytes, larger than the 1 MiB this module edits" % (what, path, info.get("size", 0)),
+            fix="a containerd config is a few KiB, so check that this is the right file")
     if error == "not_utf8":
-        raise K3sGpuError("%s %s is not valid UTF-8 (first bad byte on line %d); TOML must be UTF-8 and containerd "
-                          "2.x refuses anything else [encoding_utf8]. Convert the file to UTF-8 (iconv -t UTF-8); "
-                          "nothing was written" % (what, path, info.get("error_line", 0)))
+        raise K3sGpuError(
+            "%s %s is not valid UTF-8 (first bad byte on line %d)" % (what, path, info.get("error_line", 0)),
+            fix="TOML must be UTF-8 and containerd 2.x refuses anything else [encoding_utf8]. Convert the file to "
+                "UTF-8 (iconv -t UTF-8); nothing was written")
     if error == "unreadable":
         raise K3sGpuError("%s %s cannot be read" % (what, path))
 
@@ -204,14 +207,16 @@ def _config_schema(info, profile):
     if version == 4 and highest == 3:
         # containerd 2.0-2.2 (message checked with 2.2.7)
         raise K3sGpuError(
-            "%s declares `version = 4`, which containerd %s cannot read: it refuses to start (\"expected "
-            "containerd config version equal to or less than `3`, got `4`\"); version 4 came with containerd "
-            "2.3. Nothing was changed. Write the file as version 3 (the CRI runtime tables keep their paths; "
-            "the [grpc], [ttrpc], [debug] and [metrics] settings move back from the io.containerd.server.v1.* "
-            "plugin tables to the top level), or upgrade containerd to 2.3" % (info["path"], profile["containerd"]))
+            '%s declares `version = 4`, which containerd %s cannot read: it refuses to start ("expected containerd '
+            'config version equal to or less than `3`, got `4`")' % (info["path"], profile["containerd"]),
+            fix="version 4 came with containerd 2.3. Nothing was changed. Write the file as version 3 (the CRI runtime "
+                "tables keep their paths; the [grpc], [ttrpc], [debug] and [metrics] settings move back from the "
+                "io.containerd.server.v1.* plugin tables to the top level), or upgrade containerd to 2.3")
     if version not in distro.CONFIG_VERSIONS or version > highest:
-        raise K3sGpuError("%s declares `version = %d`, which containerd %s does not read; use version = %d" % (
-            info["path"], version, profile["containerd"], profile["schema"]))
+        raise K3sGpuError(
+            "%s declares `version = %d`, which containerd %s does "
+            "not read" % (info["path"], version, profile["containerd"]),
+            fix="use version = %d" % (profile["schema"],))
     return version
 
 
@@ -312,9 +317,9 @@ def check_options(name, runtime_type, options):
                 [k for k in distro.RUNC_OPTION_KEYS if k.lower() == str(key).lower()]
             hint = " (did you mean %s?)" % close[0] if close else ""
             raise K3sGpuError(
-                "runtime %s: option %r is not an option of the %s shim%s; containerd would keep it "
-                "silently and run pods on plain runc. Known options: %s" % (
-                    name, key, runtime_type, hint, ", ".join(distro.RUNC_OPTION_KEYS)))
+                "runtime %s: option %r is not an option of the %s shim%s" % (name, key, runtime_type, hint),
+                fix="containerd would keep it silently and run pods on plain runc. Known options: "
+                    "%s" % (", ".join(distro.RUNC_OPTION_KEYS),))
 
 
 def normalize_runtimes(facts, requested):
@@ -336,7 +341,7 @@ def normalize_runtimes(facts, requested):
         if binary is None:
             found = [r for r in facts["runtimes"] if r["name"] == name]
             if not found:
-                raise K3sGpuError("runtime %s: no binary given and none detected on the node; set binary" % name)
+                raise K3sGpuError("runtime %s: no binary given and none detected on the node" % name, fix="set binary")
             binary = found[0]["binary"]
         else:
             check_runtime_binary(name, binary, binaries.get(binary))
@@ -379,10 +384,9 @@ def refuse_external_runtime(in_use):
         setting = "container-runtime-endpoint %s (%s)" % (in_use.get("endpoint"), in_use.get("source"))
     raise K3sGpuError(
         "[external_runtime] %s %s on this node runs its pods on %s, set by %s, not on its embedded containerd, so "
-        "it reads no containerd template or drop-in and the NVIDIA runtimes written there would never load; %s. "
-        "Nothing was changed" % (
-            in_use.get("distribution"), in_use.get("release"), _EXTERNAL_RUNTIME_NAME[in_use["runtime"]], setting,
-            _EXTERNAL_RUNTIME_FIX[in_use["runtime"]]))
+        "it reads no containerd template or drop-in and the NVIDIA runtimes written there would never load" % (
+            in_use.get("distribution"), in_use.get("release"), _EXTERNAL_RUNTIME_NAME[in_use["runtime"]], setting),
+        fix="%s. Nothing was changed" % (_EXTERNAL_RUNTIME_FIX[in_use["runtime"]],))
 
 
 def make_plan(facts, runtimes=None, state="present", default_runtime=None, enable_cdi=None, path=None):
@@ -467,8 +471,9 @@ def _plan_default_runtime(facts, plan, name, renders, label):
     written = [r["name"] for r in plan["write"]]
     if profile["distribution"] != distro.CONTAINERD:
         if not profile["default_runtime"]:
-            raise K3sGpuError("%s has no default-runtime setting (it came with v1.28.5 and v1.29.0); "
-                              "upgrade, or give pods runtimeClassName instead" % label)
+            raise K3sGpuError(
+                "%s has no default-runtime setting (it came with v1.28.5 and v1.29.0)" % label,
+                fix="upgrade, or give pods runtimeClassName instead")
         if name == "runc":
             raise K3sGpuError("{default_runtime} runc: %s checks default-runtime against the runtimes it detects, "
                               "which never include runc, so it would not start" % label,

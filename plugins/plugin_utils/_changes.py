@@ -79,7 +79,8 @@ def _checked_labels(labels):
                 raise K3sGpuError("node_labels: %r is not key=value" % label)
             runtimeclasses.check_node_selector({key: value}, "node_labels")
         except K3sGpuError as exc:
-            raise K3sGpuError("%s; nothing was written" % exc) from exc
+            raise K3sGpuError(exc.cause, fix="; ".join(part for part in (exc.fix, "nothing was written") if part),
+                              variable=exc.variable) from exc
         checked.append("%s=%s" % (key, value))
     return checked
 
@@ -357,8 +358,9 @@ def _layered_default_runtime(facts, plan, target):
             try:
                 layers.append(toml.loads(config["content"]))
             except tomllib.TOMLDecodeError as exc:
-                raise K3sGpuError("%s: %s [toml_invalid]; containerd cannot load it either. Fix that line; "
-                                  "nothing was written" % (config["path"], exc))
+                raise K3sGpuError(
+                    "%s: %s [toml_invalid]" % (config["path"], exc),
+                    fix="containerd cannot load it either. Fix that line; nothing was written")
     else:
         params = template_check.base_params(facts, facts["profile"], list(facts["release_runtimes"]),
                                             _flag_default_runtime(facts, plan))

@@ -70,8 +70,10 @@ def read_settings(values):
         raise K3sGpuError("; ".join(validated.error_messages))
     settings = validated.validated_parameters
     if settings["runtimeclasses_method"] == "api" and not settings["runtimeclasses_kubeconfig"]:
-        raise K3sGpuError("runtimeclasses_method is api but runtimeclasses_kubeconfig is not set; set it to the "
-                          "kubeconfig of the cluster, or use runtimeclasses_method=manifest")
+        raise K3sGpuError(
+            "runtimeclasses_method is api but runtimeclasses_kubeconfig is not set",
+            fix="set it to the kubeconfig of the cluster, or use runtimeclasses_method=manifest",
+            variable="runtimeclasses_kubeconfig")
     # the shape of the RuntimeClass fields, before any host is touched
     runtimeclasses.check_node_selector(settings["runtimeclasses_node_selector"] or None)
     runtimeclasses.check_overhead(settings["runtimeclasses_overhead"] or None)
@@ -88,8 +90,11 @@ def clusters(cluster_of, run_hosts, active_hosts, pattern_hosts, servers, server
     host of k3s_gpu_nodes in the inventory (--limit aside); servers: every host of k3s_gpu_servers (inventory
     order, --limit aside). The writer is the cluster's first server that has not failed in this run."""
     if not servers:
-        raise K3sGpuError("k3s_gpu_servers (now %s) matches no host of the inventory; set it to the group or pattern "
-                          "of your k3s/rke2 servers (k3s-ansible: server, rke2-ansible: rke2_servers)" % servers_pattern)
+        raise K3sGpuError(
+            "k3s_gpu_servers (now %s) matches no host of the inventory" % servers_pattern,
+            fix="set it to the group or pattern of your k3s/rke2 servers (k3s-ansible: server, rke2-ansible: "
+                "rke2_servers)",
+            variable="k3s_gpu_servers")
     in_run = set(run_hosts)
     failed = in_run - set(active_hosts)
     found = {}
@@ -112,9 +117,9 @@ def clusters(cluster_of, run_hosts, active_hosts, pattern_hosts, servers, server
         usable = [s for s in candidates if s not in failed]
         if not usable:
             raise K3sGpuError(
-                "cluster %s (hosts %s) has no %sserver in k3s_gpu_servers (%s); add its servers to that group, or set "
-                "k3s_gpu_cluster on them to %s" % (name, ", ".join(entry["hosts"]), "reachable " if candidates else "",
-                                                   servers_pattern, name))
+                "cluster %s (hosts %s) has no %sserver in k3s_gpu_servers "
+                "(%s)" % (name, ", ".join(entry["hosts"]), "reachable " if candidates else "", servers_pattern),
+                fix="add its servers to that group, or set k3s_gpu_cluster on them to %s" % (name,))
         entry["writer"] = usable[0]
     return [found[name] for name in order]
 

@@ -112,15 +112,18 @@ def _closest(name, known):
 def _refuse_unknown_keys(mapping, known, where):
     unknown = sorted(str(key) for key in mapping if key not in known)
     if unknown:
-        raise K3sGpuError("%s has no key %s%s; its keys are %s." % (
-            where, unknown[0], _closest(unknown[0], known), ", ".join(known)))
+        raise K3sGpuError(
+            "%s has no key %s%s" % (where, unknown[0], _closest(unknown[0], known)),
+            fix="its keys are %s." % (", ".join(known),))
 
 
 def _check_choice(setting, value, choices, allow_auto=False):
     allowed = ((AUTO,) if allow_auto else ()) + tuple(choices)
     if value not in allowed:
-        raise K3sGpuError("%s is %r%s; use one of %s." % (
-            VARIABLES[setting], value, _closest(value, allowed), ", ".join(allowed)))
+        raise K3sGpuError(
+            "%s is %r%s" % (VARIABLES[setting], value, _closest(value, allowed)),
+            fix="use one of %s." % (", ".join(allowed),),
+            variable=VARIABLES[setting])
     return value
 
 
@@ -138,8 +141,10 @@ def chart_facts(version):
     if plain not in release_rules.DEVICE_PLUGIN_VERSIONS:
         known = ", ".join(sorted(release_rules.DEVICE_PLUGIN_VERSIONS, key=line_key))
         raise K3sGpuError(
-            "%s is %r, a chart version this collection does not know (its image and values are checked per version); "
-            "use one of %s." % (VARIABLES["chart_version"], version, known))
+            "%s is %r, a chart version this collection does not know (its image and values are checked per "
+            "version)" % (VARIABLES["chart_version"], version),
+            fix="use one of %s." % (known,),
+            variable=VARIABLES["chart_version"])
     return dict(release_rules.DEVICE_PLUGIN_VERSIONS[plain], version=plain)
 
 
@@ -161,26 +166,29 @@ def check_sharing(sharing, chart, mig_strategy="none", variable=VARIABLES["shari
     if strategy == SHARING_NONE:
         extra = sorted(key for key in sharing if key != "strategy")
         if extra:
-            raise K3sGpuError("%s: strategy none shares nothing, so %s has no meaning; drop it or pick %s." % (
-                variable, extra[0], " or ".join(strategies)))
+            raise K3sGpuError(
+                "%s: strategy none shares nothing, so %s has no meaning" % (variable, extra[0]),
+                fix="drop it or pick %s." % (" or ".join(strategies),))
         return None
     if strategy not in strategies:
-        raise K3sGpuError("%s.strategy is %r%s; use %s (or none)." % (
-            variable, strategy, _closest(strategy, strategies + (SHARING_NONE,)), " or ".join(strategies)))
+        raise K3sGpuError(
+            "%s.strategy is %r%s" % (variable, strategy, _closest(strategy, strategies + (SHARING_NONE,))),
+            fix="use %s (or none)." % (" or ".join(strategies),))
     replicas = sharing.get("replicas")
     # bool is an int in Python; the plugin reads a JSON number
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 2:
         raise K3sGpuError(
-            "%s.replicas is %r; set a whole number of 2 or more (how many pods share one GPU; the plugin refuses "
-            "fewer than 2)." % (variable, replicas))
+            "%s.replicas is %r" % (variable, replicas),
+            fix="set a whole number of 2 or more (how many pods share one GPU; the plugin refuses fewer than 2).")
     if strategy == "mps" and replicas > chart["mps_max_replicas"]:
         raise K3sGpuError(
-            "%s.replicas is %d, above the %d clients one MPS server takes (16 before compute capability 7.5); "
-            "set %d or fewer." % (variable, replicas, chart["mps_max_replicas"], chart["mps_max_replicas"]))
+            "%s.replicas is %d, above the %d clients one MPS server takes (16 before compute capability "
+            "7.5)" % (variable, replicas, chart["mps_max_replicas"]),
+            fix="set %d or fewer." % (chart["mps_max_replicas"],))
     if strategy == "mps" and mig_strategy == "mixed":
         raise K3sGpuError(
-            "%s uses MPS, which the plugin refuses with MIG strategy mixed; set %s to none or single, or share with "
-            "time-slicing." % (variable, VARIABLES["mig_strategy"]))
+            "%s uses MPS, which the plugin refuses with MIG strategy mixed" % (variable,),
+            fix="set %s to none or single, or share with time-slicing." % (VARIABLES["mig_strategy"],))
     rename = _check_bool(variable + ".rename_by_default", sharing.get("rename_by_default", False))
     # the plugin's own default: on for MPS (api/config/v1/config.go), off for time-slicing
     fail_default = strategy == "mps"
@@ -222,12 +230,15 @@ def _check_configs(configs, chart, mig_strategy):
     for name in sorted(configs, key=str):
         if not isinstance(name, str) or not _CONFIG_NAME.match(name):
             raise K3sGpuError(
-                "%s has the config name %r; use letters, digits, '-', '_' or '.', up to 63 characters (it is a node "
-                "label value)." % (variable, name))
+                "%s has the config name %r" % (variable, name),
+                fix="use letters, digits, '-', '_' or '.', up to 63 characters (it is a node label value).",
+                variable=variable)
         if name == DEFAULT_CONFIG_NAME:
             raise K3sGpuError(
-                "%s names a config %r, the name of the cluster-wide config (set that one with %s); rename it." % (
-                    variable, name, VARIABLES["sharing"]))
+                "%s names a config %r, the name of the cluster-wide config (set that one with "
+                "%s)" % (variable, name, VARIABLES["sharing"]),
+                fix="rename it.",
+                variable=variable)
         checked[name] = check_sharing(configs[name], chart, mig_strategy, variable="%s.%s" % (variable, name))
     return checked
 
@@ -285,7 +296,7 @@ def _runtimeclass_pairs(available):
         elif isinstance(item, Mapping) and isinstance(item.get("name"), str):
             pairs.append((item["name"], item.get("handler") or item["name"]))
         else:
-            raise K3sGpuError("runtimeclasses has %r; give a RuntimeClass name or {name, handler}." % (item,))
+            raise K3sGpuError("runtimeclasses has %r" % (item,), fix="give a RuntimeClass name or {name, handler}.")
     return sorted(set(pairs))
 
 
@@ -301,15 +312,17 @@ def choose_runtime_class(available, nodes, wanted=""):
         handlers = [handler for name, handler in pairs if name == wanted]
         if not handlers:
             raise K3sGpuError(
-                "%s is %r, but the cluster has no RuntimeClass of that name (it has %s); create it with the "
-                "k3s_gpu.nvidia.runtimeclasses playbook or pick an existing one." % (
-                    variable, wanted, ", ".join(name for name, _h in pairs) or "none"))
+                "%s is %r, but the cluster has no RuntimeClass of that name (it has "
+                "%s)" % (variable, wanted, ", ".join(name for name, _h in pairs) or "none"),
+                fix="create it with the k3s_gpu.nvidia.runtimeclasses playbook or pick an existing one.",
+                variable=variable)
         missing = [node.host for node in nodes if node.handlers is not None and handlers[0] not in node.handlers]
         if missing:
             raise K3sGpuError(
-                "%s is %s, whose handler %s is not configured in containerd on %s; the plugin pod would not start "
-                "there, so pick a RuntimeClass whose handler every GPU node has." % (
-                    variable, wanted, handlers[0], ", ".join(missing)))
+                "%s is %s, whose handler %s is not configured in containerd on "
+                "%s" % (variable, wanted, handlers[0], ", ".join(missing)),
+                fix="the plugin pod would not start there, so pick a RuntimeClass whose handler every GPU node has.",
+                variable=variable)
         return wanted
     all_specs = bool(nodes) and all(node.cdi_spec for node in nodes)
     for preferred in runtimeclasses.NVIDIA_HANDLERS:
@@ -319,9 +332,11 @@ def choose_runtime_class(available, nodes, wanted=""):
             if handler == preferred and all(node.handlers is None or handler in node.handlers for node in nodes):
                 return name
     raise K3sGpuError(
-        "the cluster has no NVIDIA RuntimeClass whose handler every GPU node has (RuntimeClasses: %s); without one "
-        "the plugin runs under runc and cannot load NVML, so create them with the k3s_gpu.nvidia.runtimeclasses "
-        "playbook, or set %s." % (", ".join("%s (handler %s)" % pair for pair in pairs) or "none", variable))
+        "the cluster has no NVIDIA RuntimeClass whose handler every GPU node has (RuntimeClasses: "
+        "%s)" % (", ".join("%s (handler %s)" % pair for pair in pairs) or "none",),
+        fix="without one the plugin runs under runc and cannot load NVML, so create them with the "
+            "k3s_gpu.nvidia.runtimeclasses playbook, or set %s." % (variable,),
+        variable=variable)
 
 
 # --- deviceListStrategy -----------------------------------------------------------------------------
@@ -356,8 +371,10 @@ def choose_device_list_strategy(nodes, profile, wanted=AUTO, chart=None):
             return "cdi-cri", "cdi-cri: every GPU node's containerd has CDI on and an NVIDIA CDI spec"
         if problems:
             raise K3sGpuError(
-                "%s is %s, but %s; enable CDI and generate the specs on those nodes (the gpu_node role does so in "
-                "host mode), or set it to auto." % (VARIABLES["device_list_strategy"], wanted, "; ".join(problems)))
+                "%s is %s, but %s" % (VARIABLES["device_list_strategy"], wanted, "; ".join(problems)),
+                fix="enable CDI and generate the specs on those nodes (the gpu_node role does so in host mode), or set "
+                    "it to auto.",
+                variable=VARIABLES["device_list_strategy"])
         return wanted, "%s: set by %s" % (wanted, VARIABLES["device_list_strategy"])
     return wanted, "%s: set by %s" % (wanted, VARIABLES["device_list_strategy"])
 
@@ -384,19 +401,27 @@ def _check_settings(settings):
         "image_registry": settings.get("image_registry") or "",
     }
     if not isinstance(checked["chart_repo"], str) or not re.match(r"(https|http|oci)://[^\s]+\Z", checked["chart_repo"]):
-        raise K3sGpuError("%s is %r; give the chart repository as an https://, http:// or oci:// URL." % (
-            VARIABLES["chart_repo"], checked["chart_repo"]))
+        raise K3sGpuError(
+            "%s is %r" % (VARIABLES["chart_repo"], checked["chart_repo"]),
+            fix="give the chart repository as an https://, http:// or oci:// URL.",
+            variable=VARIABLES["chart_repo"])
     archive = checked["chart_archive"]
     if archive and not (isinstance(archive, str) and _CHART_ARCHIVE.match(archive)):
-        raise K3sGpuError("%s is %r; give a file name ending in .tgz (the archive is served from the "
-                          "server's static/charts directory)." % (VARIABLES["chart_archive"], archive))
+        raise K3sGpuError(
+            "%s is %r" % (VARIABLES["chart_archive"], archive),
+            fix="give a file name ending in .tgz (the archive is served from the server's static/charts directory).",
+            variable=VARIABLES["chart_archive"])
     namespace = checked["namespace"]
     if not isinstance(namespace, str) or len(namespace) > 63 or not runtimeclasses.DNS1123_LABEL.match(namespace):
-        raise K3sGpuError("%s is %r; give a namespace name (lowercase letters, digits and '-')." % (
-            VARIABLES["namespace"], namespace))
+        raise K3sGpuError(
+            "%s is %r" % (VARIABLES["namespace"], namespace),
+            fix="give a namespace name (lowercase letters, digits and '-').",
+            variable=VARIABLES["namespace"])
     if namespace == "default":
-        raise K3sGpuError("%s is default, which the chart refuses; use a namespace of its own such as %s." % (
-            VARIABLES["namespace"], DEFAULT_NAMESPACE))
+        raise K3sGpuError(
+            "%s is default, which the chart refuses" % (VARIABLES["namespace"],),
+            fix="use a namespace of its own such as %s." % (DEFAULT_NAMESPACE,),
+            variable=VARIABLES["namespace"])
     if not isinstance(checked["runtime_class"], str):
         raise K3sGpuError("%s must be a RuntimeClass name, got %r." % (
             VARIABLES["runtime_class"], checked["runtime_class"]))
@@ -408,8 +433,10 @@ def _check_settings(settings):
     registry = checked["image_registry"]
     if registry and not (isinstance(registry, str) and _REGISTRY.match(registry)):
         raise K3sGpuError(
-            "%s is %r; give the registry that mirrors the images as host[:port][/path], without a scheme or tag (for "
-            "example registry.example.com:5000/mirror)." % (VARIABLES["image_registry"], registry))
+            "%s is %r" % (VARIABLES["image_registry"], registry),
+            fix="give the registry that mirrors the images as host[:port][/path], without a scheme or tag (for example "
+                "registry.example.com:5000/mirror).",
+            variable=VARIABLES["image_registry"])
     checked["sharing"] = check_sharing(settings.get("sharing"), chart, checked["mig_strategy"])
     checked["configs"] = _check_configs(settings.get("configs"), chart, checked["mig_strategy"])
     return checked
@@ -446,9 +473,11 @@ def labels_of_node(settings, host, config=""):
     config.yaml.d), from the same settings as plan_cluster; a config name must be one of settings' configs."""
     checked = _check_settings(settings)
     if config and config not in checked["configs"]:
-        raise K3sGpuError("gpu_node_device_plugin_config is %r, which is not a key of %s%s; add it there, or "
-                          "leave it empty for the cluster-wide config." % (
-                              config, VARIABLES["configs"], _closest(config, tuple(checked["configs"]))))
+        raise K3sGpuError(
+            "gpu_node_device_plugin_config is %r, which is not a key of "
+            "%s%s" % (config, VARIABLES["configs"], _closest(config, tuple(checked["configs"]))),
+            fix="add it there, or leave it empty for the cluster-wide config.",
+            variable="gpu_node_device_plugin_config")
     labels = node_labels([NodeFacts(host=host, config=config)], checked["sharing"], checked["configs"])[host]
     return ["%s=%s" % (key, labels[key]) for key in sorted(labels)]
 
@@ -476,8 +505,9 @@ def chart_values(settings, runtime_class, device_list_strategy, nodes):
     unknown = sorted(set(node.config for node in nodes if node.config) - set(settings["configs"]))
     if unknown:
         raise K3sGpuError(
-            "a node asks for the plugin config %s, which %s does not define (it defines %s); add it there or clear the "
-            "node's config." % (unknown[0], VARIABLES["configs"], ", ".join(settings["configs"]) or "none"))
+            "a node asks for the plugin config %s, which %s does not define (it defines "
+            "%s)" % (unknown[0], VARIABLES["configs"], ", ".join(settings["configs"]) or "none"),
+            fix="add it there or clear the node's config.")
     if settings["sharing"] is not None or settings["configs"]:
         config_map = {DEFAULT_CONFIG_NAME: config_text(plugin_config(settings["sharing"], settings["mig_strategy"]))}
         for name, sharing in settings["configs"].items():

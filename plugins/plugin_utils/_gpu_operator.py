@@ -90,8 +90,10 @@ def plan_node(info, mode, operator_toolkit=True, operator_driver=False, toolkit_
     """
     who = host or "this node"
     if mode not in MODES:
-        raise K3sGpuError("gpu_node_mode is %r; use host (the role installs the toolkit) or operator (NVIDIA's "
-                          "GPU Operator does)" % (mode,))
+        raise K3sGpuError(
+            "gpu_node_mode is %r" % (mode,),
+            fix="use host (the role installs the toolkit) or operator (NVIDIA's GPU Operator does)",
+            variable="gpu_node_mode")
     _check_flags((("operator_toolkit", operator_toolkit), ("operator_driver", operator_driver),
                   ("toolkit_install", toolkit_install), ("driver_install", driver_install), ("live", live),
                   ("remove_operator_leftovers", remove_operator_leftovers)))
@@ -160,10 +162,10 @@ def _plan_operator_mode(info, result, operator_layout, host_toolkit, operator_to
         return _default_runtime_now(info, result, who)
     if operator_layout["present"]:
         raise K3sGpuError(
-            "%s: the GPU Operator's toolkit is off (gpu_node_operator_toolkit=false), yet %s holds its runtimes; "
-            "k3s/rke2 search that directory first, so they would win over the host toolkit. Remove the directory "
-            "(left by an earlier operator install), or set gpu_node_operator_toolkit=true. Nothing was changed." % (
-                who, operator_files))
+            "%s: the GPU Operator's toolkit is off (gpu_node_operator_toolkit=false), yet %s holds its "
+            "runtimes" % (who, operator_files),
+            fix="k3s/rke2 search that directory first, so they would win over the host toolkit. Remove the directory "
+                "(left by an earlier operator install), or set gpu_node_operator_toolkit=true. Nothing was changed.")
     result["install_toolkit"] = toolkit_install
     return result
 
@@ -198,7 +200,8 @@ def chart_line(version):
         known = ", ".join(sorted(release_rules.GPU_OPERATOR_LINES, key=line_key))
         raise K3sGpuError(
             "chart_version %s: this collection knows the GPU Operator lines %s (what each creates and deletes, its "
-            "values); use one of those, for example %s" % (version, known, release_rules.GPU_OPERATOR_CHART["default_version"]))
+            "values)" % (version, known),
+            fix="use one of those, for example %s" % (release_rules.GPU_OPERATOR_CHART["default_version"],))
     return line
 
 
@@ -243,7 +246,9 @@ def _check_settings(settings):
         raise K3sGpuError("settings must be a dict, got %s" % type_name(settings))
     unknown = sorted(str(key) for key in settings if key not in SETTING_KEYS)
     if unknown:
-        raise K3sGpuError("unknown setting(s) %s; the settings are %s" % (", ".join(unknown), ", ".join(SETTING_KEYS)))
+        raise K3sGpuError(
+            "unknown setting(s) %s" % (", ".join(unknown),),
+            fix="the settings are %s" % (", ".join(SETTING_KEYS),))
     checked = {
         "chart_version": settings.get("chart_version") or release_rules.GPU_OPERATOR_CHART["default_version"],
         "chart_repo": settings.get("chart_repo") or release_rules.GPU_OPERATOR_CHART["repo"],
@@ -290,13 +295,18 @@ def _check_nodes(nodes):
             raise K3sGpuError("%s must be a dict, got %s" % (where, type_name(node)))
         unknown = sorted(str(key) for key in node if key not in NODE_KEYS)
         if unknown:
-            raise K3sGpuError("%s has unknown key(s) %s; the keys are %s" % (where, ", ".join(unknown), ", ".join(NODE_KEYS)))
+            raise K3sGpuError(
+                "%s has unknown key(s) %s" % (where, ", ".join(unknown)),
+                fix="the keys are %s" % (", ".join(NODE_KEYS),))
         host = node.get("host")
         if not isinstance(host, str) or not host:
             raise K3sGpuError("%s.host must be the inventory hostname, got %r" % (where, host))
         mode = node.get("mode", MODE_HOST)
         if mode not in MODES:
-            raise K3sGpuError("%s (%s): gpu_node_mode is %r; use host or operator" % (where, host, mode))
+            raise K3sGpuError(
+                "%s (%s): gpu_node_mode is %r" % (where, host, mode),
+                fix="use host or operator",
+                variable="gpu_node_mode")
         driver_install = node.get("driver_install", False)
         if not isinstance(driver_install, bool):
             raise K3sGpuError("%s (%s).driver_install must be true or false, got %r" % (where, host, driver_install))
@@ -365,8 +375,10 @@ def _check_user_values(values, cluster_paths, ours):
     for path, setting in _OWNED_VALUES.items():
         given = _get(values, path)
         if given is not None and given != _get(ours, path):
-            raise K3sGpuError("gpu_node_operator_values sets %s=%r; set %s instead (the role reads it too, to keep "
-                              "the host and the operator apart)" % (path, given, setting))
+            raise K3sGpuError(
+                "gpu_node_operator_values sets %s=%r" % (path, given),
+                fix="set %s instead (the role reads it too, to keep the host and the operator apart)" % (setting,),
+                variable="gpu_node_operator_values")
     install_dir = _get(values, "toolkit.installDir")
     if install_dir is not None and install_dir.rstrip("/") != release_rules.GPU_OPERATOR_CHART["install_dir"]:
         raise K3sGpuError(
@@ -389,8 +401,9 @@ def _check_user_values(values, cluster_paths, ours):
         name, value = str(item["name"]), str(item.get("value", ""))
         where = "gpu_node_operator_values toolkit.env %s=%s" % (name, value)
         if name in _SOCKET_ENV and value != K3S_CONTAINERD_SOCKET:
-            raise K3sGpuError("%s: k3s and rke2 run containerd at %s; the collection sets it" % (
-                where, K3S_CONTAINERD_SOCKET))
+            raise K3sGpuError(
+                "%s: k3s and rke2 run containerd at %s" % (where, K3S_CONTAINERD_SOCKET),
+                fix="the collection sets it")
         if name in _CONFIG_ENV and (value == containerd_dir or value.startswith(containerd_dir + "/")):
             raise K3sGpuError(
                 "%s points the operator at the containerd config that %s regenerates at every start (or at its template "
@@ -432,10 +445,9 @@ def _check_spec(extra, profile):
                 key, _SPEC_OWNED[key]))
         if key not in fields:
             raise K3sGpuError(
-                "gpu_node_operator_helmchart_spec.%s: the HelmChart of %s %s (helm-controller %s) has no such field; "
-                "the API server would drop it silently. Its fields: %s" % (
-                    key, profile["distribution"], profile["release"], release_rules.helm_controller_version(profile),
-                    ", ".join(sorted(fields))))
+                "gpu_node_operator_helmchart_spec.%s: the HelmChart of %s %s (helm-controller %s) has no such "
+                "field" % (key, profile["distribution"], profile["release"], release_rules.helm_controller_version(profile)),
+                fix="the API server would drop it silently. Its fields: %s" % (", ".join(sorted(fields)),))
 
 
 _SPEC_OWNED = {

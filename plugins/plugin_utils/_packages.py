@@ -73,9 +73,10 @@ def toolkit_source(settings, family, host):
     """The toolkit's repository (NVIDIA signs its metadata and, since 1.17, its packages) and pinned packages."""
     if family not in (APT, DNF):
         raise K3sGpuError(
-            "%s: the role installs the NVIDIA container toolkit with apt (Debian, Ubuntu) or dnf (RHEL, Rocky, Alma), and "
-            "this host's package manager is unknown; install the toolkit yourself and set gpu_node_toolkit_install=false, "
-            "or set gpu_node_package_manager. Nothing was changed." % host)
+            "%s: the role installs the NVIDIA container toolkit with apt (Debian, Ubuntu) or dnf (RHEL, Rocky, Alma), "
+            "and this host's package manager is unknown" % host,
+            fix="install the toolkit yourself and set gpu_node_toolkit_install=false, or set gpu_node_package_manager. "
+                "Nothing was changed.")
     names = toolkit_names(settings)
     version = settings["toolkit_version"]
     return _source(TOOLKIT, family,
@@ -123,10 +124,11 @@ def driver_source(settings, facts, family, host):
     custom = bool(settings["driver_packages"]) and bool(settings["driver_repo_url"])
     if family not in (APT, DNF) or (key not in release_rules.CUDA_REPO_OS and not custom):
         raise K3sGpuError(
-            "%s: the role installs the NVIDIA driver on Ubuntu 22.04/24.04, Debian 12 and RHEL/Rocky/Alma 8 and 9; this "
-            "host is %s %s. Install the driver yourself and set gpu_node_driver_install=false, or name the packages in "
-            "gpu_node_driver_packages and the repository in gpu_node_driver_repo_url. Nothing was changed." % (
-                host, facts.get("distribution") or "unknown", facts.get("distribution_version") or ""))
+            "%s: the role installs the NVIDIA driver on Ubuntu 22.04/24.04, Debian 12 and RHEL/Rocky/Alma 8 "
+            "and 9" % (host,),
+            fix="this host is %s %s. Install the driver yourself and set gpu_node_driver_install=false, or name the "
+                "packages in gpu_node_driver_packages and the repository in gpu_node_driver_repo_url. Nothing was "
+                "changed." % (facts.get("distribution") or "unknown", facts.get("distribution_version") or ""))
     arch = facts.get("architecture") or ""
     url = settings["driver_repo_url"] or "%s/%s/%s" % (
         release_rules.CUDA_REPO_URL, release_rules.CUDA_REPO_OS.get(key, ""), release_rules.CUDA_REPO_ARCH.get(arch, arch))
@@ -159,8 +161,9 @@ def removal(kind, settings, facts, family, host, remove_source):
     remove_source the repository and its key (the driver also its nouveau blacklist)."""
     if family not in (APT, DNF):
         raise K3sGpuError(
-            "%s: the role removes the %s with apt or dnf, and this host's package manager is unknown; remove its packages "
-            "yourself, or set gpu_node_package_manager. Nothing was changed." % (host, TITLES[kind]))
+            "%s: the role removes the %s with apt or dnf, and this host's package manager is "
+            "unknown" % (host, TITLES[kind]),
+            fix="remove its packages yourself, or set gpu_node_package_manager. Nothing was changed.")
     if kind == TOOLKIT:
         names = toolkit_names(settings)
     else:

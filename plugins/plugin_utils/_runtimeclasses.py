@@ -110,8 +110,8 @@ def _check_label_key(where, key):
 def _check_label_value(where, key, value):
     if not isinstance(value, str):
         raise K3sGpuError(
-            "%s[%r] must be a string, got %s %r; quote it in YAML (for example 'true' rather than "
-            "true), since Kubernetes label values are strings" % (where, key, type_name(value), value))
+            "%s[%r] must be a string, got %s %r" % (where, key, type_name(value), value),
+            fix="quote it in YAML (for example 'true' rather than true), since Kubernetes label values are strings")
     if len(value) > 63 or not _LABEL_VALUE.match(value):
         raise K3sGpuError(
             "%s[%r]: label value %r is not valid: at most 63 characters of letters, digits, '-', '_' "
@@ -157,16 +157,17 @@ def _check_resource_name(name):
 def _check_quantity(name, value):
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise K3sGpuError(
-            "overhead[%r] must be a Kubernetes quantity string such as '250m' or '64Mi' (or an integer), "
-            "got %s %r; quote it" % (name, type_name(value), value))
+            "overhead[%r] must be a Kubernetes quantity string such as '250m' or '64Mi' (or an integer), got "
+            "%s %r" % (name, type_name(value), value),
+            fix="quote it")
     text = str(value)
     if text.startswith("-"):
-        raise K3sGpuError("overhead[%r] = %r is negative; pod overhead must be zero or more" % (name, value))
+        raise K3sGpuError("overhead[%r] = %r is negative" % (name, value), fix="pod overhead must be zero or more")
     if not _QUANTITY.match(text):
         raise K3sGpuError(
-            "overhead[%r] = %r is not a Kubernetes quantity: write a number with an optional suffix, "
-            "for example '250m' or '0.5' (cpu), '64Mi' or '1G' (memory); suffixes m, k, M, G, T, P, E, "
-            "Ki, Mi, Gi, Ti, Pi, Ei or an exponent such as 1e3" % (name, value))
+            "overhead[%r] = %r is not a Kubernetes quantity: write a number with an optional suffix, for example "
+            "'250m' or '0.5' (cpu), '64Mi' or '1G' (memory)" % (name, value),
+            fix="suffixes m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei or an exponent such as 1e3")
     return text
 
 
@@ -190,8 +191,8 @@ def check_overhead(overhead):
     if result and not any(name in ("cpu", "memory") for name in result) and any(
             name.startswith(_HUGEPAGES_PREFIX) for name in result):
         raise K3sGpuError(
-            "overhead: hugepages need cpu or memory too (Kubernetes refuses hugepages alone in "
-            "podFixed); add for example memory: '64Mi'")
+            "overhead: hugepages need cpu or memory too (Kubernetes refuses hugepages alone in podFixed)",
+            fix="add for example memory: '64Mi'")
     return result
 
 
@@ -218,7 +219,7 @@ def _check_cluster(cluster):
     try:
         profile = distro.profile(distribution, release, release_rules.newer_release_of(cluster))
     except K3sGpuError as exc:
-        raise K3sGpuError("cluster.release: %s" % exc) from exc
+        raise exc.within("cluster.release") from exc
     return str(distribution), profile, disabled
 
 
@@ -245,7 +246,8 @@ def _collect_nodes(nodes):
         unknown = sorted(str(key) for key in node if key not in NODE_KEYS)
         if unknown:
             raise K3sGpuError(
-                "%s has unknown key(s) %s; the keys are %s" % (where, ", ".join(unknown), ", ".join(NODE_KEYS)))
+                "%s has unknown key(s) %s" % (where, ", ".join(unknown)),
+                fix="the keys are %s" % (", ".join(NODE_KEYS),))
         host = node.get("host")
         if not isinstance(host, str) or not host.strip():
             raise K3sGpuError("%s.host must be the inventory hostname (a non-empty string), got %r" % (where, host))
@@ -304,8 +306,7 @@ def plan_runtimeclasses(cluster, nodes, node_selector=None, overhead=None, selec
     (k3s | rke2), gpu-operator, or k3s_gpu.nvidia}}. Raises K3sGpuError (a ValueError) on bad input.
     """
     if not isinstance(select_by_handler_label, bool):
-        raise K3sGpuError(
-            "select_by_handler_label is %r; use true or false" % (select_by_handler_label,))
+        raise K3sGpuError("select_by_handler_label is %r" % (select_by_handler_label,), fix="use true or false")
     distribution, profile, disabled = _check_cluster(cluster)
     handler_hosts, operator_hosts = _collect_nodes(nodes)
     selector = check_node_selector(node_selector)

@@ -61,8 +61,9 @@ def mask_template(text, path):
         opened, closed = line.count("{{"), line.count("}}")
         if opened != closed:
             raise K3sGpuError(
-                "%s: line %d: unbalanced Go template delimiters (%d `{{`, %d `}}`) in %r; keep each "
-                "template action on one line, closed with `}}`" % (path, number, opened, closed, line.strip()[:120]))
+                "%s: line %d: unbalanced Go template delimiters (%d `{{`, %d `}}`) "
+                "in %r" % (path, number, opened, closed, line.strip()[:120]),
+                fix="keep each template action on one line, closed with `}}`")
         if opened:
             lines[number - 1] = _PLACEHOLDER % len(originals)
             originals.append(line)
@@ -397,8 +398,9 @@ def _check_no_template_lines(lines, table, file_path):
     for number in range(table.start, table.content_end):
         if _PLACEHOLDER_RE.match(lines[number]):
             raise K3sGpuError(
-                "%s: line %d: a Go template action sits inside the table [%s] this module manages; "
-                "move the action out of that table" % (file_path, number + 1, _key_text(table.path)))
+                "%s: line %d: a Go template action sits inside the table [%s] this module "
+                "manages" % (file_path, number + 1, _key_text(table.path)),
+                fix="move the action out of that table")
 
 
 def _remove_table_ranges(edit, tables, path, file_path):
@@ -416,8 +418,9 @@ def _set_key(edit, tables, data, table_path, key, value, file_path):
     explicit = [t for t in tables if t.path == table_path and not t.array]
     if not explicit:
         if current is not None:
-            raise K3sGpuError("%s: %s is set with a dotted key or an inline table; set it as "
-                              "%s = ... under [%s] by hand" % (file_path, key, key, _key_text(table_path)))
+            raise K3sGpuError(
+                "%s: %s is set with a dotted key or an inline table" % (file_path, key),
+                fix="set it as %s = ... under [%s] by hand" % (key, _key_text(table_path)))
         edit.appends.append("\n".join(rendered))
         return True
     table = explicit[0]
@@ -428,8 +431,9 @@ def _set_key(edit, tables, data, table_path, key, value, file_path):
             try:
                 tomllib.loads(edit.lines[number].strip())
             except tomllib.TOMLDecodeError:
-                raise K3sGpuError("%s: line %d: %s spans several lines; put it on one line so it can be "
-                                  "updated" % (file_path, number + 1, key))
+                raise K3sGpuError(
+                    "%s: line %d: %s spans several lines" % (file_path, number + 1, key),
+                    fix="put it on one line so it can be updated")
             edit.set_line(number, match.group(1) + rendered[1].strip())
             return True
     last = table.content_end - 1
@@ -602,8 +606,9 @@ def _edit_absent(edit, data, tables, plan, schema, file_path):
         path = distro.runtime_table(schema, name)
         if _get(data, path) is not None:
             if not _ranges_of(tables, path):
-                raise K3sGpuError("%s: runtime %s is defined with dotted keys or inline tables; remove it by hand" % (
-                    file_path, name))
+                raise K3sGpuError(
+                    "%s: runtime %s is defined with dotted keys or inline tables" % (file_path, name),
+                    fix="remove it by hand")
             _remove_table_ranges(edit, tables, path, file_path)
     default_name = _get(data, distro.containerd_table(schema) + ("default_runtime_name",))
     if default_name in plan["remove"]:
@@ -683,8 +688,9 @@ def _update_runtime(edit, lines, data, tables, templated, runtime, items, file_p
                 file_path, runtime["name"], ", ".join(changed), runtime["binary"], backup_note(plan)))
     runtime_tables = [t for t in tables if t.path == path and not t.array]
     if not runtime_tables:
-        raise K3sGpuError("%s: runtime %s is defined with dotted keys or inline tables; define it as "
-                          "[%s] or remove it, then rerun" % (file_path, runtime["name"], _key_text(path)))
+        raise K3sGpuError(
+            "%s: runtime %s is defined with dotted keys or inline tables" % (file_path, runtime["name"]),
+            fix="define it as [%s] or remove it, then rerun" % (_key_text(path),))
     for table in _ranges_of(tables, path):
         _check_no_template_lines(lines, table, file_path)
     for table_path, values in items:
@@ -694,8 +700,9 @@ def _update_runtime(edit, lines, data, tables, templated, runtime, items, file_p
         elif _get(data, table_path) is None:
             edit.insert(runtime_tables[0].content_end, render_table(table_path, values))
         else:
-            raise K3sGpuError("%s: [%s] is defined with dotted keys or an inline table; define it as a "
-                              "table or remove it, then rerun" % (file_path, _key_text(table_path)))
+            raise K3sGpuError(
+                "%s: [%s] is defined with dotted keys or an inline table" % (file_path, _key_text(table_path)),
+                fix="define it as a table or remove it, then rerun")
 
 
 _TEMPLATED_KEY = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_-]+)\s*=""")
@@ -722,9 +729,10 @@ def check_plain_result(text, plan, file_path, schema):
             problems.append("runtime %s is not where version %d reads runtimes ([%s])" % (
                 runtime["name"], schema, _key_text(distro.runtime_table(schema, runtime["name"]))))
     if problems:
-        raise K3sGpuError("%s: containerd would not load the runtimes from the result: %s [runtime_not_loaded]. "
-                          "This is a fault of the collection or of an unusual file: nothing was written; report "
-                          "it with the file" % (file_path, "; ".join(problems)))
+        raise K3sGpuError(
+            "%s: containerd would not load the runtimes from the result: %s [runtime_not_loaded]. This is a fault of "
+            "the collection or of an unusual file: nothing was written" % (file_path, "; ".join(problems)),
+            fix="report it with the file")
 
 
 def _templated_keys(lines, tables, originals):
