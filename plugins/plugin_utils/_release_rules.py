@@ -196,7 +196,7 @@ def cluster_profile(cluster, deploys):
     try:
         return distro.profile(cluster["distribution"], cluster.get("release"), newer_release_of(cluster))
     except K3sGpuError as exc:
-        raise K3sGpuError("cluster release: %s" % exc.cause, exc.fix, exc.variable) from exc
+        raise exc.within("cluster release") from exc
 
 
 def helm_controller_version(profile):
