@@ -294,9 +294,9 @@ def _device_plugin_files(result, server, nodes, plugin_settings, operator_wanted
     in operator mode (the GPU Operator ships its own plugin: never two on a node), on state absent, or with no GPU node."""
     path = "%s%s/%s" % (prefix, paths["manifests_dir"], device_plugin.MANIFEST_FILE)
     state = plugin_settings.get("device_plugin_state", "present")
-    gpu_nodes = [device_plugin.NodeFacts(host=n["host"], cdi_enabled=n["cdi_enabled"], cdi_spec=n["cdi_spec"],
-                                         handlers=tuple(n["handlers"]) if n["handlers"] is not None else None,
-                                         config=n["config"])
+    gpu_nodes = [device_plugin.PluginNode(host=n["host"], cdi_enabled=n["cdi_enabled"], cdi_spec=n["cdi_spec"],
+                                          handlers=tuple(n["handlers"]) if n["handlers"] is not None else None,
+                                          config=n["config"])
                  for n in nodes if n["mode"] == gpu_operator.MODE_HOST and n["handlers"] is not None]
     wanted = state == "present" and not operator_wanted and bool(gpu_nodes)
     report = {"wanted": wanted, "manifest": path}
