@@ -163,7 +163,7 @@ def test_default_runtime_and_enable_cdi_in_a_template_without_base(sandbox):
     # the schema-2 base emits the tables that hold them; a template without the base include does not
     facts = k3s_node(sandbox, NVIDIA_CTK_V2, release="v1.29.4+k3s1")
     plan, file_changes = changes.compute(NodeFacts.from_reading(facts), {"state": "present", "default_runtime": "nvidia-legacy",
-                                                 "enable_cdi": True})
+                                                                         "enable_cdi": True})
     data = tomllib.loads(file_changes[0]["after"])
     assert data["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["default_runtime_name"] == "nvidia-legacy"
     assert data["plugins"]["io.containerd.grpc.v1.cri"]["enable_cdi"] is True

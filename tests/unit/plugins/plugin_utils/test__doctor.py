@@ -58,8 +58,8 @@ def healthy(sandbox):
     sandbox.symlink(REFRESH_WANTS, REFRESH_UNIT)
     sandbox.write("/etc/udev/rules.d/71-nvidia-dev-char.rules", "# the rule\n")
     facts = detect.gather(sandbox.root, "k3s", RELEASE)
-    _plan, written = changes.compute(NodeFacts.from_reading(facts), {"state": "present", "root": sandbox.root, "distribution": "k3s",
-                                             "release": RELEASE})
+    _plan, written = changes.compute(NodeFacts.from_reading(facts), {"state": "present", "root": sandbox.root,
+                                                                     "distribution": "k3s", "release": RELEASE})
     for change in written:
         sandbox.write(change["node_path"], change["after"])
     cases.start_node(sandbox.root, "k3s", RELEASE, BINARIES)

@@ -421,7 +421,7 @@ def test_plan_host_leaves_a_host_without_a_gpu_alone(sandbox):
 
 def test_plan_host_on_a_gpu_node(sandbox):
     decided = op.plan_host(NodeFacts.from_reading(gpu_facts(sandbox)), dict(HOST_SETTINGS, mode="operator", toolkit_install=True,
-                                                    default_runtime="nvidia"), host="gpu1")
+                                                                            default_runtime="nvidia"), host="gpu1")
     assert decided["selected"] and decided["live"]
     assert decided["mode"]["remove_host_toolkit"] is True
     assert decided["result"]["mode"] == "operator" and decided["result"]["pending"] == decided["messages"]

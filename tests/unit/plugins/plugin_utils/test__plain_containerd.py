@@ -27,7 +27,7 @@ V3 = "plugins.'io.containerd.cri.v1.runtime'.containerd"
 NVIDIA = ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy")
 
 
-def typed(**fields):
+def typed(fields):
     """A NodeFacts of a reading with these sections and the others empty."""
     return NodeFacts.from_reading(dict({"distribution": "", "release": "", "root": "/", "profile": {}, "paths": {},
                                         "runtimes": [], "release_runtimes": [], "driver": {}, "toolkit": {}, "cdi": {},
@@ -266,12 +266,12 @@ def test_k3s_kubelet_dropins_count_on_the_host_containerd(sandbox):
 
 def test_node_containerd_validates_on_a_real_root_only():
     facts = {"distribution": "containerd", "root": "/", "containerd_binary": "/usr/bin/containerd"}
-    assert changes.node_validate(typed(**facts), {}) == "/usr/bin/containerd --config %s config dump"
-    assert changes.node_validate(typed(**facts), {"validate": "/opt/check %s"}) == "/opt/check %s"
-    assert changes.node_validate(typed(**facts), {"validate": ""}) is None
-    assert changes.node_validate(typed(**dict(facts, root="/srv/image")), {}) is None  # a sandbox tree: no binary of its own runs
-    assert changes.node_validate(typed(**dict(facts, containerd_binary=None)), {}) is None
-    assert changes.node_validate(typed(**dict(facts, distribution="k3s")), {}) is None  # k3s renders and loads its own config
+    assert changes.node_validate(typed(facts), {}) == "/usr/bin/containerd --config %s config dump"
+    assert changes.node_validate(typed(facts), {"validate": "/opt/check %s"}) == "/opt/check %s"
+    assert changes.node_validate(typed(facts), {"validate": ""}) is None
+    assert changes.node_validate(typed(dict(facts, root="/srv/image")), {}) is None  # a sandbox tree: no binary of its own runs
+    assert changes.node_validate(typed(dict(facts, containerd_binary=None)), {}) is None
+    assert changes.node_validate(typed(dict(facts, distribution="k3s")), {}) is None  # k3s renders and loads its own config
 
 
 def test_gather_names_the_node_containerd_binary(sandbox):
