@@ -247,7 +247,7 @@ class ActionModule(SpecAction):
         self._doctor_plan(node, settings, facts, execute_module)
         node["services"] = self._doctor_services(settings, facts, node["unit"], execute_module)
         node["existing_binaries"] = self._doctor_binaries(settings, facts, execute_module)
-        result["doctor"] = doctor.check_node(host, facts.reading, node)
+        result["doctor"] = doctor.check_node(host, facts, node)
         return result
 
     def _doctor_plan(self, node, settings, facts, execute_module):
@@ -301,7 +301,7 @@ class ActionModule(SpecAction):
         """The BinaryNames of what containerd loads that exist and are executable on the node (those detection found,
         and the others looked at one by one)."""
         found = set(r["binary"] for r in facts.runtimes + facts.release_runtimes)
-        for binary, _path in configure.loaded_runtimes(facts.reading).values():
+        for binary, _path in configure.loaded_runtimes(facts).values():
             if binary and binary not in found and binary.startswith("/"):
                 looked = execute_module("ansible.builtin.stat", {"path": settings["root"].rstrip("/") + binary})
                 stat = looked.get("stat") or {}

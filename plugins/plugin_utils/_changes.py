@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""From node facts and task options to the exact file changes (controller side, no I/O).
+"""From the node's reading (a _host_state.NodeFacts) and task options to the exact file changes (controller side,
+no I/O).
 
 PRIVATE to the collection. The action plugin only applies what compute() returns.
 """
@@ -31,7 +32,7 @@ _NOT_FILE_ARGS = ("src", "follow", "force", "content", "backup", "remote_src", "
 FILE_ARGS = tuple(k for k in FILE_COMMON_ARGUMENTS if k not in _NOT_FILE_ARGS)
 NEW_DIR_MODE = "0700"
 
-# Files of ours that may exist from an earlier run, by facts["files"] key.
+# Files of ours that may exist from an earlier run, by their key in the reading's files.
 _OWN_DROPINS = ("dropin_v3", "dropin_v2", "dropin")
 _TEMPLATES = ("template_v3", "template_v2")
 
@@ -47,13 +48,13 @@ def host_path(root, node_path):
 
 
 def _change(facts, key, node_path, after, kind):
-    info = facts["files"].get(key) or {"state": "absent", "path": node_path}
+    info = facts.files.get(key) or {"state": "absent", "path": node_path}
     before = info.get("content") if info.get("state") == "file" else None
     if before is None and after is None:
         return None
     if info.get("state") not in ("absent", "file") or info.get("error"):
         planner._refuse_unusable(info, kind)
-    return {"key": key, "node_path": node_path, "path": host_path(facts["root"], node_path),
+    return {"key": key, "node_path": node_path, "path": host_path(facts.root, node_path),
             "before": before, "after": after, "exists": info.get("state") == "file",
             "parent_exists": info.get("state") == "file" or bool(info.get("parent_exists"))}
 
@@ -86,25 +87,26 @@ def _checked_labels(labels):
 
 
 def compute(facts, params):
-    """Plan and file changes for the task. Raises K3sGpuError; nothing is written then."""
+    """Plan and file changes for the task, from the node's reading (a _host_state.NodeFacts: the node side's _plan and
+    _template_check take its dict, facts.reading). Raises K3sGpuError; nothing is written then."""
     plan = planner.make_plan(
-        facts, runtimes=params.get("runtimes"), state=params.get("state") or "present",
+        facts.reading, runtimes=params.get("runtimes"), state=params.get("state") or "present",
         default_runtime=params.get("default_runtime"), enable_cdi=params.get("enable_cdi"), path=params.get("path"))
     target = plan["target"]
-    profile = facts["profile"]
-    info = facts["files"].get(target["key"]) or {}
+    profile = facts.profile
+    info = facts.files.get(target["key"]) or {}
     current = info.get("content") if info.get("state") == "file" else None
     reader = _template_reader(facts, plan, params)
     plan["backup"] = backup_prefix(target["path"]) if params.get("backup") else None
     plan["release_tables"] = _release_tables(facts, plan)
-    plan["base_included"] = target["mode"] == planner.MODE_TEMPLATE and planner.template_includes_base(facts, target)
+    plan["base_included"] = target["mode"] == planner.MODE_TEMPLATE and planner.template_includes_base(facts.reading, target)
     if target["mode"] == planner.MODE_DROPIN:
         plan["inherited"] = _layered_default_runtime(facts, plan, target)
     if reader is not None and reader.normalized is not None and target["mode"] == planner.MODE_TEMPLATE:
         current = reader.normalized  # opted in: the edit starts from the clean text (BOM and CR removed)
     # a template is checked whole right after (_check_rendered), composed with the base it really gets
     applied = toml.edit_target(current, plan, target["path"], target["mode"] == planner.MODE_TEMPLATE, profile,
-                               checked_after=target["mode"] == planner.MODE_TEMPLATE and facts["distribution"] != distro.CONTAINERD)
+                               checked_after=target["mode"] == planner.MODE_TEMPLATE and facts.distribution != distro.CONTAINERD)
     after = applied.text
     plan["removed_for_base"], plan["removed_stale"] = applied.removed_for_base, applied.removed_stale
     _check_rendered(facts, plan, params, reader, current, after)
@@ -113,14 +115,14 @@ def compute(facts, params):
         plan["notes"].append(note)
     if plan.get("edit_warnings"):
         plan.setdefault("warnings", []).extend(plan["edit_warnings"])  # what the edit itself changed of the user's
-    if facts["distribution"] == distro.CONTAINERD and target["mode"] in (planner.MODE_CONFIG, planner.MODE_DROPIN):
+    if facts.distribution == distro.CONTAINERD and target["mode"] in (planner.MODE_CONFIG, planner.MODE_DROPIN):
         toml.check_plain_result(after, plan, target["path"], target["schema"])
-    if facts["distribution"] == distro.CONTAINERD and plan["state"] == "present":
+    if facts.distribution == distro.CONTAINERD and plan["state"] == "present":
         _check_cgroup_driver(facts, plan, target, after)
     changes = [_change(facts, target["key"], target["path"], after, "target")]
     if reader is not None and reader.normalized is not None and target["mode"] != planner.MODE_TEMPLATE:
         key = target["template"]
-        changes.append(_change(facts, key, facts["files"][key]["path"], reader.normalized, "template"))
+        changes.append(_change(facts, key, facts.files[key]["path"], reader.normalized, "template"))
     changes.extend(_earlier_file_changes(facts, plan, target, profile))
     if profile["distribution"] != distro.CONTAINERD:
         changes.extend(_default_runtime_file_changes(facts, plan, params))
@@ -134,9 +136,9 @@ def _earlier_file_changes(facts, plan, target, profile):
     """Our tables taken out of the files this module wrote for an earlier release or layout."""
     out = []
     for key in _OWN_DROPINS + _TEMPLATES:
-        if key == target["key"] or key not in facts["files"]:
+        if key == target["key"] or key not in facts.files:
             continue
-        other = facts["files"][key]
+        other = facts.files[key]
         text = other.get("content")
         if other.get("state") != "file" or text is None:
             continue
@@ -156,7 +158,7 @@ def _default_runtime_file_changes(facts, plan, params):
     out = []
     wanted_yaml = None
     default = plan["default_runtime"]
-    own_yaml = facts["files"].get("default_runtime_file") or {}
+    own_yaml = facts.files.get("default_runtime_file") or {}
     default_name = default["name"] if default and default["how"] == "config_yaml" else None
     handler_labels = params.get("handler_labels")
     if handler_labels is not None:
@@ -167,14 +169,14 @@ def _default_runtime_file_changes(facts, plan, params):
             wanted = (node_labels(plan) if handler_labels else []) + _checked_labels(params.get("node_labels"))
             plan["node_labels"] = [label for index, label in enumerate(wanted) if label not in wanted[:index]]
         wanted_yaml = toml.render_default_runtime_yaml(default_name, plan["node_labels"])
-        legacy = facts["files"].get("labels_file_legacy") or {}
+        legacy = facts.files.get("labels_file_legacy") or {}
         if (legacy.get("content") or "").startswith(LEGACY_LABELS_HEADER):
             out.append(_change(facts, "labels_file_legacy", legacy["path"], None, "earlier labels file"))
     elif default_name:
         wanted_yaml = toml.render_default_runtime_yaml(default_name)
     elif plan["state"] != "absent" and not default:
         wanted_yaml = own_yaml.get("content")  # not managed by this task: leave it as it is
-    out.append(_change(facts, "default_runtime_file", facts["paths"]["default_runtime_file"], wanted_yaml,
+    out.append(_change(facts, "default_runtime_file", facts.paths["default_runtime_file"], wanted_yaml,
                        "default runtime file"))
     return out
 
@@ -203,12 +205,12 @@ def recorded_sha256(record):
 
 
 def _text_of(facts, key):
-    info = facts["files"].get(key) or {}
+    info = facts.files.get(key) or {}
     return info.get("content") if info.get("state") == "file" else None
 
 
 def _schema_of(facts, plan, key):
-    return distro.schema_of_template(facts["paths"][key].rsplit("/", 1)[-1]) if key in _TEMPLATES else plan["target"]["schema"]
+    return distro.schema_of_template(facts.paths[key].rsplit("/", 1)[-1]) if key in _TEMPLATES else plan["target"]["schema"]
 
 
 def runtime_names_in(text, schema, is_template, path):
@@ -224,7 +226,7 @@ def runtime_names_in(text, schema, is_template, path):
 
 def _bookkeeping(facts, key, suffix_key, after):
     """A change of <key>_orig or <key>_record (None: none needed)."""
-    node_path = facts["paths"][key] + (distro.ORIGINAL_SUFFIX if suffix_key == "orig" else distro.RECORD_SUFFIX)
+    node_path = facts.paths[key] + (distro.ORIGINAL_SUFFIX if suffix_key == "orig" else distro.RECORD_SUFFIX)
     change = _change(facts, "%s_%s" % (key, suffix_key), node_path, after, "kept original")
     if change is not None and change["before"] != change["after"]:
         change["mode"] = "0600"
@@ -238,7 +240,7 @@ def own_files(facts, plan, changes, backup=False):
     by_key = dict((c["key"], c) for c in changes)
     first, extra = [], []  # node_files applies in order: an original is kept before the edit it predates
     # the files of this node's layout whose reading has the kept-original facts
-    keys = [key for key in ORIGINAL_KEYS if key + "_orig" in facts["files"] and key in facts["paths"]]
+    keys = [key for key in ORIGINAL_KEYS if key + "_orig" in facts.files and key in facts.paths]
     if plan["state"] == "present":
         for key in keys:
             change = by_key.get(key)
@@ -248,7 +250,7 @@ def own_files(facts, plan, changes, backup=False):
             if before.startswith(toml.MANAGED_HEADER):
                 continue  # a file the collection created: absent removes it whole
             record = _text_of(facts, key + "_record")
-            if (facts["files"].get(key + "_orig") or {}).get("state") != "file":
+            if (facts.files.get(key + "_orig") or {}).get("state") != "file":
                 ours = set(plan["remove"]) | set(r["name"] for r in plan["write"]) | set(n for n, _b in distro.NVIDIA_RUNTIMES)
                 found = runtime_names_in(before, _schema_of(facts, plan, key), key in _TEMPLATES, change["node_path"])
                 if found is None or ours & set(found):
@@ -274,7 +276,7 @@ def own_files(facts, plan, changes, backup=False):
                 continue
             by_key[key] = _take_back(facts, plan, key, original, backup)
             orig = _bookkeeping(facts, key, "orig", None)
-            if orig is not None and facts["paths"][key] in (plan.get("changed_since_written") or ()) and backup:
+            if orig is not None and facts.paths[key] in (plan.get("changed_since_written") or ()) and backup:
                 orig["keep_copy"] = True  # the user's text from before the first edit is not put back: its copy stays
             extra.append(orig)
             extra.append(_bookkeeping(facts, key, "record", None))
@@ -294,7 +296,7 @@ def own_files(facts, plan, changes, backup=False):
 
 def _take_back(facts, plan, key, original, backup):
     """The change that takes the collection's edits out of a user's file that has its original kept (None: none)."""
-    node_path = facts["paths"][key]
+    node_path = facts.paths[key]
     current = _text_of(facts, key)
     if current is None:
         plan["notes"].append("%s is gone (removed since the collection edited it); it is not brought back" % node_path)
@@ -310,7 +312,7 @@ def _take_back(facts, plan, key, original, backup):
     mode = planner.MODE_TEMPLATE if is_template else planner.MODE_CONFIG
     cleanup = dict(plan, state="absent", remove=ours, reserved_tables=[],
                    target=dict(plan["target"], mode=mode, schema=schema, path=node_path, key=key))
-    cleaned = toml.apply_plan(current, cleanup, node_path, is_template, facts["profile"], created_by_us=False)
+    cleaned = toml.apply_plan(current, cleanup, node_path, is_template, facts.profile, created_by_us=False)
     if cleaned is not None and cleaned.endswith("\n\n") and not original.endswith("\n\n"):
         cleaned = cleaned.rstrip("\n") + "\n"  # the blank line our appended tables were separated by
     taken = [name for name in ours if name in (runtime_names_in(current, schema, is_template, node_path) or ())]
@@ -329,13 +331,13 @@ def _release_tables(facts, plan):
     """{runtime name: its table as the release renders it} for each runtime the release renders into the template
     target itself (k3s detects its binary); {} elsewhere."""
     target = plan["target"]
-    if facts["distribution"] == distro.CONTAINERD or target["mode"] != planner.MODE_TEMPLATE:
+    if facts.distribution == distro.CONTAINERD or target["mode"] != planner.MODE_TEMPLATE:
         return {}
-    renders = planner.release_renders(facts, target)
+    renders = planner.release_renders(facts.reading, target)
     if not renders:
         return {}
-    params = template_check.base_params(facts, facts["profile"], list(facts["release_runtimes"]), None)
-    _top, tables = k3s_base.base_tables(facts["profile"], target["schema"], params)
+    params = template_check.base_params(facts.reading, facts.profile, list(facts.release_runtimes), None)
+    _top, tables = k3s_base.base_tables(facts.profile, target["schema"], params)
     by_path = dict((tuple(path), dict(keys)) for path, keys in tables)
     result = {}
     for name in renders:
@@ -352,8 +354,8 @@ def _layered_default_runtime(facts, plan, target):
     A drop-in or template that makes another runtime the default is followed (nvidia-ctk's rule)."""
     schema = target["schema"]
     layers = []
-    if facts["distribution"] == distro.CONTAINERD:
-        config = facts["files"].get("config") or {}
+    if facts.distribution == distro.CONTAINERD:
+        config = facts.files.get("config") or {}
         if config.get("state") == "file" and config.get("content") is not None:
             try:
                 layers.append(toml.loads(config["content"]))
@@ -362,17 +364,17 @@ def _layered_default_runtime(facts, plan, target):
                     "%s: %s [toml_invalid]" % (config["path"], exc),
                     fix="containerd cannot load it either. Fix that line; nothing was written")
     else:
-        params = template_check.base_params(facts, facts["profile"], list(facts["release_runtimes"]),
+        params = template_check.base_params(facts.reading, facts.profile, list(facts.release_runtimes),
                                             _flag_default_runtime(facts, plan))
-        layers.append(toml.loads(k3s_base.render_base(facts["profile"], schema, params)))
-        template = facts["files"].get(target.get("template") or "") or {}
+        layers.append(toml.loads(k3s_base.render_base(facts.profile, schema, params)))
+        template = facts.files.get(target.get("template") or "") or {}
         if template.get("content"):
             try:
                 layers.append(toml.loads(toml.mask_template(template["content"], template["path"])[0]))
             except (tomllib.TOMLDecodeError, K3sGpuError):
                 pass  # the template check names what is wrong with it
     directory = target["path"].rsplit("/", 1)[0] + "/"
-    for info in facts.get("other_dropins") or []:
+    for info in facts.other_dropins:
         if info.get("path", "").startswith(directory) and info.get("content") is not None:
             try:
                 layers.append(toml.loads(info["content"]))
@@ -387,7 +389,7 @@ def _layered_default_runtime(facts, plan, target):
 def _effective_runtimes(facts, target, after):
     """(config path, default runtime name, {name: runtime table}) as containerd reads the root config and our
     drop-in after this write (a drop-in's runtime tables and default_runtime_name win over the root's)."""
-    config = facts["files"].get("config") or {}
+    config = facts.files.get("config") or {}
     root_text = after if target["mode"] == planner.MODE_CONFIG else config.get("content")
     layers = [root_text] + ([after] if target["mode"] == planner.MODE_DROPIN else [])
     default, runtimes = None, {}
@@ -408,7 +410,7 @@ def _effective_runtimes(facts, target, after):
 def _check_cgroup_driver(facts, plan, target, after):
     """Warn where the kubelet's cgroupDriver and SystemdCgroup of the runtimes that run pods disagree (the
     best-known cause of crash-looping pods on kubeadm nodes). Never rewrites runc: that is the user's call."""
-    kubelet = facts.get("kubelet") or {}
+    kubelet = facts.reading.get("kubelet") or {}
     driver = (kubelet.get("cgroup_driver") or "").strip().lower()
     if driver not in ("systemd", "cgroupfs"):
         plan["cgroup_driver_mismatch"] = None
@@ -438,7 +440,7 @@ _BEFORE_EDIT = ("encoding_bom", "encoding_crlf", "encoding_nul", "encoding_utf8"
 
 
 def _template_path(facts, key):
-    return (facts["files"].get(key) or {}).get("path") or facts["paths"].get(key) or key
+    return (facts.files.get(key) or {}).get("path") or facts.paths.get(key) or key
 
 
 def _flag_default_runtime(facts, plan):
@@ -446,8 +448,8 @@ def _flag_default_runtime(facts, plan):
     default = plan.get("default_runtime") or {}
     if default.get("how") == "config_yaml":
         return default["name"]
-    current = facts.get("default_runtime") or {}
-    if current.get("source") == facts["paths"].get("default_runtime_file") and (default or plan["state"] == "absent"):
+    current = facts.reading.get("default_runtime") or {}
+    if current.get("source") == facts.paths.get("default_runtime_file") and (default or plan["state"] == "absent"):
         return None  # our own file, rewritten without it (the default goes into TOML) or removed
     return current.get("value")
 
@@ -456,11 +458,11 @@ def _check_args(facts, params):
     target_release = params.get("target_release")
     if not target_release:
         return None
-    if facts["distribution"] == distro.CONTAINERD:
+    if facts.distribution == distro.CONTAINERD:
         raise K3sGpuError("{target_release} is for k3s and rke2 nodes (their templates change with the release); "
                           "this node runs plain containerd", fix="leave {target_release} unset here", variable="target_release")
     try:
-        return distro.profile(facts["distribution"], target_release,
+        return distro.profile(facts.distribution, target_release,
                               params.get("newer_release") or distro.NEWER_RELEASE_REFUSE)
     except K3sGpuError as exc:
         raise K3sGpuError("{target_release}: %s" % exc.cause, exc.fix, ("target_release",) + exc.variables) from exc
@@ -469,17 +471,17 @@ def _check_args(facts, params):
 def _template_reader(facts, plan, params):
     """Check the template k3s/rke2 reads as it is now: refuse what breaks the node before anything is
     decided on top of it. Returns the report (None: no template, or plain containerd)."""
-    if facts["distribution"] == distro.CONTAINERD:
+    if facts.distribution == distro.CONTAINERD:
         return None
     target = plan["target"]
     key = target.get("template")
-    info = facts["files"].get(key) if key else None
+    info = facts.files.get(key) if key else None
     if not info or info.get("state") != "file" or info.get("content") is None:
         return None
     schema = distro.schema_of_template(info["path"].rsplit("/", 1)[-1]) if key != "override" else target["schema"]
     edit_in_place = target["mode"] == planner.MODE_TEMPLATE and target["key"] == key
     # a template edited in place is checked whole once, as it will be written (_check_rendered)
-    report = template_check.check(info["content"], info["path"], facts, schema,
+    report = template_check.check(info["content"], info["path"], facts.reading, schema,
                                   default_runtime=_flag_default_runtime(facts, plan),
                                   target_profile=_check_args(facts, params),
                                   normalize=bool(params.get("normalize_encoding")), light=edit_in_place,
@@ -496,24 +498,24 @@ def _template_reader(facts, plan, params):
 
 
 def refusal_before_install(facts):
-    """Why the template k3s/rke2 reads must stop a toolkit install (None: it may go ahead).
+    """Why the template k3s/rke2 reads must stop a toolkit install (None: it may go ahead). facts: a NodeFacts.
 
     Refuses what the install itself would break (a duplicate once nvidia is detected) and a template
     that cannot be rendered or edited at all; what containerd_runtimes fixes with its own edit is left
     to it."""
-    if facts.get("distribution") == distro.CONTAINERD or not facts.get("files"):
+    if facts.distribution == distro.CONTAINERD or not facts.files:
         return None
     try:
-        target = planner.select_target(facts)
+        target = planner.select_target(facts.reading)
     except K3sGpuError:
         return None  # containerd_runtimes reports it with its own options
     key = target.get("template")
-    info = facts["files"].get(key) if key else None
+    info = facts.files.get(key) if key else None
     if not info or info.get("state") != "file" or info.get("content") is None:
         return None
     schema = distro.schema_of_template(info["path"].rsplit("/", 1)[-1])
-    report = template_check.check(info["content"], info["path"], facts, schema,
-                                  default_runtime=(facts.get("default_runtime") or {}).get("value"))
+    report = template_check.check(info["content"], info["path"], facts.reading, schema,
+                                  default_runtime=(facts.reading.get("default_runtime") or {}).get("value"))
     edited = target["mode"] == planner.MODE_TEMPLATE
     blocking = [f for f in report.refusals
                 if f.when == template_check.AFTER_INSTALL or not edited or f.code in _BEFORE_EDIT]
@@ -524,10 +526,10 @@ def _check_rendered(facts, plan, params, reader, before, after):
     """The template we are about to write, rendered for the node now, after the toolkit install and on
     target_release: refuse anything that would break it (nothing is written then)."""
     target = plan["target"]
-    if facts["distribution"] == distro.CONTAINERD or target["mode"] != planner.MODE_TEMPLATE or after is None:
+    if facts.distribution == distro.CONTAINERD or target["mode"] != planner.MODE_TEMPLATE or after is None:
         return
     schema = target["schema"] if reader is None else reader.schema
-    report = template_check.check(after, target["path"], facts, schema, default_runtime=_flag_default_runtime(facts, plan),
+    report = template_check.check(after, target["path"], facts.reading, schema, default_runtime=_flag_default_runtime(facts, plan),
                                   target_profile=_check_args(facts, params), ours={r["name"] for r in plan["write"]},
                                   cache=params.get("_check_cache"))
     _record(plan, report, replace=True)
@@ -555,8 +557,8 @@ def _record(plan, report, replace=False):
 
 def result_fields(facts, plan):
     return {
-        "distribution": facts["distribution"],
-        "release": facts["release"],
+        "distribution": facts.distribution,
+        "release": facts.release,
         "target": {k: plan["target"].get(k) for k in ("mode", "path", "schema", "reason")},
         "runtimes_written": [{"name": r["name"], "binary": r["binary"], "runtime_type": r["runtime_type"]} for r in plan["write"]]
         if plan["state"] == "present" else [],
@@ -567,7 +569,7 @@ def result_fields(facts, plan):
         "default_runtime": plan["default_runtime"],
         "node_labels": plan.get("node_labels"),
         "notes": plan["notes"],
-        "runtime_in_use": facts.get("runtime_in_use"),
+        "runtime_in_use": facts.reading.get("runtime_in_use"),
         "cgroup_driver_mismatch": plan.get("cgroup_driver_mismatch"),
         "template_outcome": plan.get("template_outcome"),
         "template_findings": plan.get("template_findings") or [],
@@ -608,8 +610,8 @@ def node_validate(facts, params):
     runtime_info looks at, never user input."""
     if params.get("validate") is not None:
         return params["validate"] or None
-    binary = facts.get("containerd_binary")
-    if facts["distribution"] == distro.CONTAINERD and facts.get("root") == "/" and binary:
+    binary = facts.reading.get("containerd_binary")
+    if facts.distribution == distro.CONTAINERD and facts.root == "/" and binary:
         return "%s --config %%s config dump" % binary
     return None
 
@@ -676,10 +678,10 @@ def attribute_entries(facts, plan, changes, params):
     """owner/group/mode/SELinux on the target even when its text is already right."""
     if not any(params.get(k) is not None for k in FILE_ARGS if k != "unsafe_writes"):
         return []
-    target_path = host_path(facts["root"], plan["target"]["path"])
+    target_path = host_path(facts.root, plan["target"]["path"])
     if any(c["path"] == target_path for c in changes):
         return []  # its write entry carries the attributes
-    if (facts["files"].get(plan["target"]["key"]) or {}).get("state") != "file":
+    if (facts.files.get(plan["target"]["key"]) or {}).get("state") != "file":
         return []
     entry = {"path": target_path, "state": "file", "expected_state": "file"}
     entry.update((k, params[k]) for k in FILE_ARGS if params.get(k) is not None)

@@ -25,6 +25,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as gpu_operator
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
@@ -162,7 +163,9 @@ def node_reports(hosts, host_vars, read_node_vars):
             names += list((reading.get("loaded_config") or {}).get("runtimes") or [])
             # the drop-ins the collection (or another) wrote: before k3s/rke2 has started once there is no config.toml
             # whose imports loaded_config follows, and containerd loads them at that first start
-            names += list(configure.loaded_runtimes(reading))
+            facts = host_state.NodeFacts.from_reading(reading, "%s: %s" % (host, READING_VAR), "the runtimeclasses "
+                                                      "playbook registers it from gpu_cluster's read phase: leave it as it is")
+            names += list(configure.loaded_runtimes(facts))
             handlers = sorted(set(n for n in names if n.startswith("nvidia")))
             present = bool((reading.get("gpu_operator") or {}).get("present"))
             cdi = {}
@@ -301,9 +304,9 @@ def _device_plugin_files(result, server, nodes, plugin_settings, operator_wanted
     in operator mode (the GPU Operator ships its own plugin: never two on a node), on state absent, or with no GPU node."""
     path = "%s%s/%s" % (prefix, paths["manifests_dir"], device_plugin.MANIFEST_FILE)
     state = plugin_settings.get("device_plugin_state", "present")
-    gpu_nodes = [device_plugin.NodeFacts(host=n["host"], cdi_enabled=n["cdi_enabled"], cdi_spec=n["cdi_spec"],
-                                         handlers=tuple(n["handlers"]) if n["handlers"] is not None else None,
-                                         config=n["config"])
+    gpu_nodes = [device_plugin.PluginNode(host=n["host"], cdi_enabled=n["cdi_enabled"], cdi_spec=n["cdi_spec"],
+                                          handlers=tuple(n["handlers"]) if n["handlers"] is not None else None,
+                                          config=n["config"])
                  for n in nodes if n["mode"] == gpu_operator.MODE_HOST and n["handlers"] is not None]
     wanted = state == "present" and not operator_wanted and bool(gpu_nodes)
     report = {"wanted": wanted, "manifest": path}

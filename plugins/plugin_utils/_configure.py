@@ -20,6 +20,7 @@ from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import CONTAINERD_RUNTIMES_SPEC
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes_engine
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _check_cache as check_cache
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
@@ -37,24 +38,24 @@ def read_node(execute_module, params, binaries=()):
         binaries=[b for b in binaries if b.startswith("/")], include_content=True, include_plan=False))
 
 
-def config_text(info, key):
-    """The text of one of the files a reading (read_node) has under `files` (key: generated_config, dropin_v3, ...),
-    or None where it is not a file or was read without its text."""
-    entry = (info.get("files") or {}).get(key) or {}
+def config_text(facts, key):
+    """The text of one of the files a reading (read_node, as a NodeFacts) has under `files` (key: generated_config,
+    dropin_v3, ...), or None where it is not a file or was read without its text."""
+    entry = facts.files.get(key) or {}
     return entry.get("content") if entry.get("state") == "file" else None
 
 
-def loaded_runtimes(info):
-    """{handler: (BinaryName or None, file)} of the NVIDIA tables in what containerd loads, from a reading with the
-    file texts: the config.toml k3s/rke2 wrote and the drop-ins (ours and the others). The drop-ins count also before
-    k3s/rke2 has started once (no config.toml yet): containerd imports them at its first start."""
-    schema = (info.get("profile") or {}).get("schema") or 2
-    paths = info.get("paths") or {}
-    texts = [(paths.get("config"), config_text(info, "generated_config"))]
+def loaded_runtimes(facts):
+    """{handler: (BinaryName or None, file)} of the NVIDIA tables in what containerd loads, from a reading (a
+    NodeFacts) with the file texts: the config.toml k3s/rke2 wrote and the drop-ins (ours and the others). The drop-ins
+    count also before k3s/rke2 has started once (no config.toml yet): containerd imports them at its first start."""
+    schema = facts.profile.get("schema") or 2
+    paths = facts.paths
+    texts = [(paths.get("config"), config_text(facts, "generated_config"))]
     for key in ("dropin_v3", "dropin_v2", "dropin"):
         if key in paths:
-            texts.append((paths[key], config_text(info, key)))
-    texts += [(d.get("path"), d.get("content")) for d in info.get("other_dropins") or []]
+            texts.append((paths[key], config_text(facts, key)))
+    texts += [(d.get("path"), d.get("content")) for d in facts.other_dropins]
     found = {}
     for path, text in texts:
         if not text:
@@ -80,22 +81,27 @@ def run(result, params, execute_module, want_diff, own_files=False, extra_change
     own_files (the gpu_node role): keep the bytes of a user's file before the first edit and put them back on state
     absent (_changes.own_files); extra_changes: more files of the role's, written in the same node_files execution."""
     binaries = sorted(set(r["binary"] for r in params["runtimes"] or [] if r.get("binary")))
-    facts = changes_engine.given_facts(params, binaries)
-    if facts is not None and (facts.get("read_options") or {}).get("newer_release", "refuse") != params["newer_release"]:
-        facts = None  # read with another newer_release policy: the profile may be refused or assumed differently
-    result["facts_source"] = "node_facts" if facts is not None else "read"
-    if facts is None:
-        facts = read_node(execute_module, params, binaries)
-        if facts.get("failed"):
-            result.update(failed=True, msg=facts.get("msg"), error=facts.get("error"))
+    reading = changes_engine.given_facts(params, binaries)
+    if reading is not None and (reading.get("read_options") or {}).get("newer_release", "refuse") != params["newer_release"]:
+        reading = None  # read with another newer_release policy: the profile may be refused or assumed differently
+    result["facts_source"] = "node_facts" if reading is not None else "read"
+    if reading is None:
+        reading = read_node(execute_module, params, binaries)
+        if reading.get("failed"):
+            result.update(failed=True, msg=reading.get("msg"), error=reading.get("error"))
             return result
         # the reading's warnings become this task's (ansible-core 2.19+ hands them over as WarningSummary
         # objects, which Display.warning does not take; the task result's `warnings` takes both)
-        result.setdefault("warnings", []).extend(facts.get("warnings") or [])
-    elif facts["profile"].get("assumed_warning"):
-        result.setdefault("warnings", []).append(facts["profile"]["assumed_warning"])  # this task writes on it too
+        result.setdefault("warnings", []).extend(reading.get("warnings") or [])
+    try:
+        facts = _typed(reading, result["facts_source"])
+    except K3sGpuError as exc:
+        result.update(failed=True, msg=exc.text(), error=exc.as_dict(), changed=False)
+        return result
+    if result["facts_source"] == "node_facts" and facts.profile.get("assumed_warning"):
+        result.setdefault("warnings", []).append(facts.profile["assumed_warning"])  # this task writes on it too
     for binary in binaries:
-        facts["binaries"].setdefault(binary, {"path": binary, "state": "relative"})
+        facts.reading["binaries"].setdefault(binary, {"path": binary, "state": "relative"})
     # hosts of one run share the template checks' verdicts (the run's local temporary directory)
     params["_check_cache"] = check_cache.CheckCache(os.path.join(C.DEFAULT_LOCAL_TMP, "k3s-gpu-template-checks"))
     params["_own_files"] = own_files
@@ -120,6 +126,16 @@ def run(result, params, execute_module, want_diff, own_files=False, extra_change
         result["diff"] = [dict(before=c["before"] or "", after=c["after"] or "", before_header=c["path"],
                                after_header=c["path"]) for c in changes]
     return _write(result, facts, plan, changes, params, execute_module, own_files)
+
+
+def _typed(reading, source):
+    """The NodeFacts of the reading run() works on: node_facts given (a copy), or its own of the node. Raises
+    K3sGpuError naming the option where node_facts is not runtime_info's result."""
+    if source == "node_facts":
+        return host_state.NodeFacts.from_reading(reading, "{node_facts}", "pass the registered result of "
+                                                 "k3s_gpu.nvidia.runtime_info (include_content: true), unchanged",
+                                                 "node_facts")
+    return host_state.NodeFacts.from_reading(reading, "runtime_info's reading of the node", "")
 
 
 def _write(result, facts, plan, changes, params, execute_module, own_files):

@@ -87,7 +87,7 @@ _CONFIG_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
 
 
 @dataclass(frozen=True)
-class NodeFacts:
+class PluginNode:
     """What the plan needs to know about one GPU node of the cluster.
 
     cdi_enabled: containerd's effective `enable_cdi` on the node (configured, or on by default from containerd 2.0).
@@ -243,11 +243,11 @@ def _check_configs(configs, chart, mig_strategy):
     return checked
 
 
-# --- node facts ---------------------------------------------------------------------------------------
+# --- plugin nodes -------------------------------------------------------------------------------------
 
-def node_facts(value):
-    """A NodeFacts from a NodeFacts or a dict with the same keys, checked."""
-    if isinstance(value, NodeFacts):
+def plugin_node(value):
+    """A PluginNode from a PluginNode or a dict with the same keys, checked."""
+    if isinstance(value, PluginNode):
         value = {"host": value.host, "cdi_enabled": value.cdi_enabled, "cdi_spec": value.cdi_spec,
                  "handlers": value.handlers, "config": value.config}
     if not isinstance(value, Mapping):
@@ -266,15 +266,15 @@ def node_facts(value):
     config = value.get("config") or ""
     if not isinstance(config, str):
         raise K3sGpuError("%s: config must be a config name, got %r." % (where, config))
-    return NodeFacts(host=host, cdi_enabled=_check_bool(where + ": cdi_enabled", value.get("cdi_enabled", False)),
-                     cdi_spec=_check_bool(where + ": cdi_spec", value.get("cdi_spec", False)),
-                     handlers=handlers, config=config)
+    return PluginNode(host=host, cdi_enabled=_check_bool(where + ": cdi_enabled", value.get("cdi_enabled", False)),
+                      cdi_spec=_check_bool(where + ": cdi_spec", value.get("cdi_spec", False)),
+                      handlers=handlers, config=config)
 
 
 def _check_nodes(nodes):
     if not isinstance(nodes, (list, tuple)):
         raise K3sGpuError("nodes must be a list of node facts, got %s." % type_name(nodes))
-    checked = [node_facts(node) for node in nodes]
+    checked = [plugin_node(node) for node in nodes]
     hosts = [node.host for node in checked]
     twice = sorted(set(host for host in hosts if hosts.count(host) > 1))
     if twice:
@@ -306,7 +306,7 @@ def choose_runtime_class(available, nodes, wanted=""):
     declares; nvidia-cdi only where every node has a CDI spec (its runtime resolves the plugin's devices there).
     """
     pairs = _runtimeclass_pairs(available)
-    nodes = [node_facts(node) for node in nodes]
+    nodes = [plugin_node(node) for node in nodes]
     variable = VARIABLES["runtime_class"]
     if wanted:
         handlers = [handler for name, handler in pairs if name == wanted]
@@ -350,7 +350,7 @@ def choose_device_list_strategy(nodes, profile, wanted=AUTO, chart=None):
     kubelet passes CDI devices (Kubernetes 1.29+), envvar otherwise; an explicit CDI strategy is checked the same."""
     chart = chart or chart_facts(release_rules.DEVICE_PLUGIN_CHART["default_version"])
     _check_choice("device_list_strategy", wanted, chart["device_list_strategies"], allow_auto=True)
-    nodes = [node_facts(node) for node in nodes]
+    nodes = [plugin_node(node) for node in nodes]
     no_cdi = [node.host for node in nodes if not node.cdi_enabled]
     no_spec = [node.host for node in nodes if not node.cdi_spec]
     kubelet = _kubelet_passes_cdi(profile)
@@ -478,7 +478,7 @@ def labels_of_node(settings, host, config=""):
             "%s%s" % (config, VARIABLES["configs"], _closest(config, tuple(checked["configs"]))),
             fix="add it there, or leave it empty for the cluster-wide config.",
             variable="gpu_node_device_plugin_config")
-    labels = node_labels([NodeFacts(host=host, config=config)], checked["sharing"], checked["configs"])[host]
+    labels = node_labels([PluginNode(host=host, config=config)], checked["sharing"], checked["configs"])[host]
     return ["%s=%s" % (key, labels[key]) for key in sorted(labels)]
 
 
@@ -524,7 +524,7 @@ def plan_cluster(cluster, settings, nodes, runtimeclasses_available):
     namespace, runtime_class, device_list_strategy (auto or a chart value), device_discovery_strategy, mig_strategy,
     gfd (bool), image_registry (a mirror registry), sharing ({strategy, replicas, rename_by_default,
     fail_requests_greater_than_one} or None), configs ({name: sharing} for the per-node config label).
-    nodes: NodeFacts (or dicts with its keys) of the cluster's host-mode GPU nodes.
+    nodes: PluginNode (or dicts with its keys) of the cluster's host-mode GPU nodes.
     runtimeclasses_available: the cluster's RuntimeClasses, as names or {name, handler}.
 
     Returns {"wanted": bool (some GPU node), "objects": [the HelmChart], "values": dict, "chart_version",

@@ -40,14 +40,14 @@ def _gpu_count(driver):
     return len(driver.get("pci_gpus") or []) or int(driver.get("gpu_count") or 0)
 
 
-def is_gpu_node(info, settings):
+def is_gpu_node(facts, settings):
     """A GPU node: an NVIDIA GPU on the PCI bus, or something of a GPU node (the driver loaded, NVIDIA's runtimes)."""
-    driver = info.get("driver") or {}
-    return bool(_gpu_count(driver) or driver.get("loaded") or info.get("runtimes") or settings.get("force"))
+    driver = facts.driver
+    return bool(_gpu_count(driver) or driver.get("loaded") or facts.runtimes or settings.get("force"))
 
 
-def check_gpu(info, _node):
-    driver = info["driver"]
+def check_gpu(facts, _node):
+    driver = facts.driver
     count = _gpu_count(driver)
     if not count:
         had = "the NVIDIA driver loaded" if driver.get("loaded") else "NVIDIA's container runtimes"
@@ -62,9 +62,9 @@ def _expected_devices(driver):
     return ["/dev/nvidiactl"] + ["/dev/nvidia%d" % index for index in range(_gpu_count(driver))]
 
 
-def check_driver(info, node):
-    driver = info["driver"]
-    operator_driver = node["mode"] == "operator" and (info.get("gpu_operator") or {}).get("driver_container")
+def check_driver(facts, node):
+    driver = facts.driver
+    operator_driver = node["mode"] == "operator" and facts.gpu_operator.get("driver_container")
     if not driver.get("loaded"):
         raise Broken(
             "the NVIDIA kernel module is not loaded (/proc/driver/nvidia/version is absent)",
@@ -112,8 +112,8 @@ def _upstream(version):
     return match.group(1) if match else None
 
 
-def check_toolkit(info, node):
-    operator = info.get("gpu_operator") or {}
+def check_toolkit(facts, node):
+    operator = facts.gpu_operator
     if node["mode"] == "operator":
         if not operator.get("present"):
             raise Broken("the GPU Operator's toolkit is not on the node (%s has no nvidia-container-runtime)"
@@ -127,12 +127,12 @@ def check_toolkit(info, node):
                      % operator.get("toolkit_dir"),
                      "gpu_node_remove_operator_leftovers: true with k3s_gpu.nvidia.site removes it (or gpu_node_mode: "
                      "operator where the operator is meant to stay)")
-    host_runtimes = [r for r in info.get("runtimes") or [] if r.get("owner") == distro.OWNER_HOST]
+    host_runtimes = [r for r in facts.runtimes if r.get("owner") == distro.OWNER_HOST]
     if not host_runtimes:
         raise Broken("NVIDIA's container toolkit is not installed: no nvidia-container-runtime on the node",
                      "k3s_gpu.nvidia.site installs it (gpu_node_toolkit_install: true, the default; "
                      "gpu_node_toolkit_version pins it)")
-    installed = (info.get("toolkit") or {}).get("version")
+    installed = facts.toolkit.get("version")
     pinned = node.get("toolkit_version")
     if installed and pinned and node.get("toolkit_install") and _upstream(installed) != _upstream(pinned):
         raise Broken("NVIDIA's toolkit %s is installed, gpu_node_toolkit_version pins %s" % (installed, pinned),
@@ -145,27 +145,27 @@ def cdi_in_use(node, handlers):
                 or any(name == "nvidia-cdi" for name in handlers))
 
 
-def check_cdi(info, node):
+def check_cdi(facts, node):
     handlers = node.get("handlers") or []
     if not cdi_in_use(node, handlers):
         return "not used (no nvidia-cdi handler, no cdi-cri)"
-    specs = [s for s in (info.get("cdi") or {}).get("specs") or [] if s.get("kind") == "nvidia.com/gpu"]
+    specs = [s for s in facts.cdi.get("specs") or [] if s.get("kind") == "nvidia.com/gpu"]
     why = "the nvidia-cdi handler" if "nvidia-cdi" in handlers else "the cdi-cri device list strategy"
     if not specs:
-        raise Broken("no NVIDIA CDI spec in %s, which %s needs" % (" or ".join(info["cdi"]["spec_dirs"]), why),
+        raise Broken("no NVIDIA CDI spec in %s, which %s needs" % (" or ".join(facts.cdi["spec_dirs"]), why),
                      "gpu_node_cdi_generate: true (the default) with k3s_gpu.nvidia.site generates gpu_node_cdi_spec_path; "
                      "or nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml")
     if not any(s.get("current") for s in specs):
         raise Broken("the CDI spec %s was made for another driver or GPU count: it does not name the driver %s's "
                      "libraries (libcuda.so.%s) or lists %s device(s) for %d GPU(s); pods get stale paths "
                      "(NVIDIA toolkit #1611)" % (
-                         ", ".join(s["path"] for s in specs), info["driver"].get("version"), info["driver"].get("version"),
+                         ", ".join(s["path"] for s in specs), facts.driver.get("version"), facts.driver.get("version"),
                          "/".join(str(len([d for d in s.get("devices") or [] if d.isdigit()])) for s in specs),
-                         _gpu_count(info["driver"])),
+                         _gpu_count(facts.driver)),
                      "k3s_gpu.nvidia.site generates it again for the loaded driver (gpu_node_cdi_generate) and enables "
                      "the toolkit's nvidia-cdi-refresh.path where it ships it, which does it at every driver change "
                      "(gpu_node_cdi_refresh)")
-    return "CDI spec %s%s" % (", ".join(s["path"] for s in specs if s.get("current")), _check_cdi_refresh(info, node))
+    return "CDI spec %s%s" % (", ".join(s["path"] for s in specs if s.get("current")), _check_cdi_refresh(facts, node))
 
 
 def _toolkit_line(version):
@@ -173,10 +173,10 @@ def _toolkit_line(version):
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def _check_cdi_refresh(info, node):
+def _check_cdi_refresh(facts, node):
     """Where the host toolkit ships nvidia-cdi-refresh (1.18+) and the role's spec is the one it writes: its path unit
     is there and enabled, else the next driver change leaves the spec stale. Returns the passed detail's tail."""
-    toolkit = info.get("toolkit") or {}
+    toolkit = facts.toolkit
     refresh = toolkit.get("cdi_refresh") or {}
     line = _toolkit_line(toolkit.get("version"))
     if node.get("mode") != "host" or node.get("cdi_spec_path", release_rules.CDI_REFRESH_OUTPUT) != release_rules.CDI_REFRESH_OUTPUT:
@@ -199,9 +199,9 @@ def _check_cdi_refresh(info, node):
         "; %s not enabled (gpu_node_cdi_refresh: false)" % distro.CDI_REFRESH_UNIT
 
 
-def _cdi_switch(info):
+def _cdi_switch(facts):
     """enable_cdi in the config.toml k3s/rke2 wrote (None: not set there)."""
-    text = configure.config_text(info, "generated_config")
+    text = configure.config_text(facts, "generated_config")
     if not text:
         return None
     try:
@@ -218,15 +218,15 @@ def _cdi_switch(info):
     return None
 
 
-def check_containerd_config(info, node):
+def check_containerd_config(facts, node):
     if node.get("refusal"):
         cause, _sep, fix = node["refusal"].partition(". Fix: ")  # the engine's refusals carry their own fix
         raise Broken(cause, fix or "fix what it names, then run k3s_gpu.nvidia.site")
     handlers = node.get("handlers") or []
-    loaded = configure.loaded_runtimes(info)
-    if not configure.config_text(info, "generated_config"):
+    loaded = configure.loaded_runtimes(facts)
+    if not configure.config_text(facts, "generated_config"):
         raise Broken("%s does not exist: k3s/rke2 has not started on this node since it was installed, or starts "
-                     "without containerd" % info["paths"]["config"],
+                     "without containerd" % facts.paths["config"],
                      "start it (systemctl start %s) and look at its log" % (node.get("unit") or "k3s"))
     missing_binary = [(name, binary) for name, (binary, _path) in sorted(loaded.items())
                       if binary and binary not in node.get("existing_binaries", ())]
@@ -245,11 +245,11 @@ def check_containerd_config(info, node):
         raise Broken("containerd's config lacks the handler(s) %s that the RuntimeClasses name" % ", ".join(absent),
                      "run k3s_gpu.nvidia.site (gpu_node_runtimes lists the handlers it writes)")
     if node.get("device_list_strategy") == "cdi-cri" or node.get("enable_cdi"):
-        switch = _cdi_switch(info)
-        enabled = switch if switch is not None else bool((info.get("profile") or {}).get("cdi_default_on"))
+        switch = _cdi_switch(facts)
+        enabled = switch if switch is not None else bool(facts.profile.get("cdi_default_on"))
         if not enabled:
             raise Broken("enable_cdi is off in %s, but the device plugin hands out CDI device names (cdi-cri), which only "
-                         "containerd with CDI on resolves: GPU pods fail to start" % info["paths"]["config"],
+                         "containerd with CDI on resolves: GPU pods fail to start" % facts.paths["config"],
                          "gpu_node_enable_cdi: true with k3s_gpu.nvidia.site (or device list strategy envvar: "
                          "gpu_node_device_plugin_device_list_strategy)")
     return "handlers %s in what containerd loads" % (", ".join(sorted(loaded)) or "none")
@@ -259,14 +259,14 @@ def _when(stamp):
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(stamp)) + " UTC"
 
 
-def check_runtime_service(info, node):
+def check_runtime_service(facts, node):
     unit = node.get("unit") or ""
     state = (node.get("services") or {}).get(unit) if unit else None
     if state not in (None, "active"):
         raise Broken("%s is %s" % (unit, state), "journalctl -u %s -n 50, then systemctl restart %s" % (unit, unit))
-    generated = (info.get("files") or {}).get("generated_config") or {}
+    generated = facts.files.get("generated_config") or {}
     written = generated.get("mtime")
-    ours = [(f["path"], f["mtime"]) for key, f in sorted((info.get("files") or {}).items())
+    ours = [(f["path"], f["mtime"]) for key, f in sorted(facts.files.items())
             if key in ("dropin_v3", "dropin_v2", "dropin", "template_v3", "template_v2", "default_runtime_file")
             and f.get("state") == "file" and f.get("mtime")]
     later = [(path, stamp) for path, stamp in ours if written and stamp > written]
@@ -293,19 +293,19 @@ def unread(host, why):
                        "then run the doctor again"}}
 
 
-def check_node(host, info, node):
+def check_node(host, facts, node):
     """{host, gpu_node, passed: [{layer, detail}], broken: {layer, cause, fix} or None} for one node, layers in order,
-    stopping at the first broken one. node: what the action knows besides the reading (mode, handlers, changes,
-    refusal, services, existing_binaries, settings)."""
+    stopping at the first broken one. facts: the node's reading (a _host_state.NodeFacts); node: what the action knows
+    besides the reading (mode, handlers, changes, refusal, services, existing_binaries, settings)."""
     report = {"host": host, "gpu_node": True, "passed": [], "broken": None, "cluster_checked": False,
               "handlers": list(node.get("handlers") or []), "labels": list(node.get("labels") or []), "mode": node.get("mode"),
               "operator_namespace": node.get("operator_namespace")}
-    if not is_gpu_node(info, node):
+    if not is_gpu_node(facts, node):
         report["gpu_node"] = False
         return report
     for layer, check in NODE_CHECKS:
         try:
-            detail = check(info, node)
+            detail = check(facts, node)
         except Broken as exc:
             report["broken"] = {"layer": layer, "cause": exc.cause, "fix": exc.fix}
             return report

@@ -10,9 +10,9 @@ PRIVATE to the collection. Controller side.
 
 Two decisions live here:
 - plan_node(): what the gpu_node role does on one node in host or operator mode, from its
-  runtime_info facts. It refuses, with the fix, every state where two owners would manage one
-  thing: two toolkits on a node, the operator's driver and the role's, a default runtime k3s
-  cannot validate yet.
+  reading (a _host_state.NodeFacts). It refuses, with the fix, every state where two owners would
+  manage one thing: two toolkits on a node, the operator's driver and the role's, a default
+  runtime k3s cannot validate yet.
 - plan_cluster(): the HelmChart (and Namespace) objects for one cluster, with values that fit
   k3s/rke2: k3s's containerd socket and nothing that points the operator at the config k3s
   regenerates or at its template; components the role manages on the host turned off; the user's
@@ -72,9 +72,9 @@ def _check_flags(flags):
             raise K3sGpuError("%s must be true or false, got %r" % (name, value))
 
 
-def plan_node(info, mode, operator_toolkit=True, operator_driver=False, toolkit_install=True, driver_install=False,
+def plan_node(facts, mode, operator_toolkit=True, operator_driver=False, toolkit_install=True, driver_install=False,
               default_runtime="", live=True, remove_operator_leftovers=False, host=""):
-    """What the gpu_node role does on one node, from its runtime_info result.
+    """What the gpu_node role does on one node, from its reading (a _host_state.NodeFacts).
 
     mode: host | operator. operator_toolkit / operator_driver: whether the cluster's GPU Operator
     installs its toolkit / driver (its values toolkit.enabled / driver.enabled). toolkit_install /
@@ -97,9 +97,9 @@ def plan_node(info, mode, operator_toolkit=True, operator_driver=False, toolkit_
     _check_flags((("operator_toolkit", operator_toolkit), ("operator_driver", operator_driver),
                   ("toolkit_install", toolkit_install), ("driver_install", driver_install), ("live", live),
                   ("remove_operator_leftovers", remove_operator_leftovers)))
-    operator_layout = info["gpu_operator"]
-    host_toolkit = info["host_toolkit"]
-    owners = dict((r["name"], r["owner"]) for r in info["runtimes"])
+    operator_layout = facts.gpu_operator
+    host_toolkit = facts.reading["host_toolkit"]
+    owners = dict((r["name"], r["owner"]) for r in facts.runtimes)
     result = {"mode": mode, "install_toolkit": False, "remove_host_toolkit": False, "remove_operator_leftovers": False,
               "install_driver": driver_install,
               "generate_cdi": True, "default_runtime": default_runtime or "", "pending": [], "owners": owners,
@@ -110,7 +110,7 @@ def plan_node(info, mode, operator_toolkit=True, operator_driver=False, toolkit_
     if mode == MODE_HOST:
         return _plan_host_mode(result, operator_layout, host_toolkit, toolkit_install, remove_operator_leftovers,
                                who, operator_files, host_files)
-    return _plan_operator_mode(info, result, operator_layout, host_toolkit, operator_toolkit, operator_driver,
+    return _plan_operator_mode(facts, result, operator_layout, host_toolkit, operator_toolkit, operator_driver,
                                toolkit_install, driver_install, live, who, operator_files, host_files)
 
 
@@ -141,7 +141,7 @@ def _plan_host_mode(result, operator_layout, host_toolkit, toolkit_install, remo
     return result
 
 
-def _plan_operator_mode(info, result, operator_layout, host_toolkit, operator_toolkit, operator_driver,
+def _plan_operator_mode(facts, result, operator_layout, host_toolkit, operator_toolkit, operator_driver,
                         toolkit_install, driver_install, live, who, operator_files, host_files):
     """plan_node in operator mode: the GPU Operator installs the toolkit (and maybe the driver)."""
     if driver_install and operator_driver:
@@ -159,7 +159,7 @@ def _plan_operator_mode(info, result, operator_layout, host_toolkit, operator_to
                     "root), or keep it and set gpu_node_operator_toolkit=false so the operator does not install a "
                     "second one. Nothing was changed." % (who, host_files))
             result["remove_host_toolkit"] = True
-        return _default_runtime_now(info, result, who)
+        return _default_runtime_now(facts, result, who)
     if operator_layout["present"]:
         raise K3sGpuError(
             "%s: the GPU Operator's toolkit is off (gpu_node_operator_toolkit=false), yet %s holds its "
@@ -170,20 +170,20 @@ def _plan_operator_mode(info, result, operator_layout, host_toolkit, operator_to
     return result
 
 
-def _default_runtime_now(info, result, who):
+def _default_runtime_now(facts, result, who):
     """With the operator's toolkit, keep the default runtime only once its runtime is on the node.
 
     k3s checks default-runtime against the runtimes it detects and does not start otherwise, and the
     operator lays its toolkit down some time after the HelmChart is applied.
     """
     name = result["default_runtime"]
-    operator_owned = [r["name"] for r in info["runtimes"] if r["owner"] == distro.OWNER_GPU_OPERATOR]
+    operator_owned = [r["name"] for r in facts.runtimes if r["owner"] == distro.OWNER_GPU_OPERATOR]
     if not name or name in operator_owned:
         return result
     result["default_runtime"] = ""
     result["pending"].append(
         "%s: default runtime %s waits for the GPU Operator's toolkit (not on the node yet); run the role again once "
-        "%s holds it" % (who, name, info["gpu_operator"]["toolkit_dir"]))
+        "%s holds it" % (who, name, facts.gpu_operator["toolkit_dir"]))
     return result
 
 
@@ -512,8 +512,8 @@ def render_manifest(plan):
 
 # --- the role's first decision, in one call --------------------------------------------------------
 
-def plan_host(info, settings, host=""):
-    """Everything the gpu_node role decides from its first reading of a host, in one call.
+def plan_host(facts, settings, host=""):
+    """Everything the gpu_node role decides from its first reading of a host (a _host_state.NodeFacts), in one call.
 
     settings: force, root, mode, operator_toolkit, operator_driver (auto | bool), toolkit_install,
     driver_install, driver_reboot, default_runtime, remove_operator_leftovers, local_connection.
@@ -521,26 +521,25 @@ def plan_host(info, settings, host=""):
     gpu_node_result skeleton}. Raises K3sGpuError for a host the role must not touch
     (a release known to break, a reboot policy that could reboot the controller, two owners).
     """
-    driver = info["driver"]
+    driver = facts.driver
     selected = bool(settings["force"]) or driver["gpu_count"] > 0 or len(driver["pci_gpus"]) > 0
     live = settings["root"] in ("/", "")
     who = host or "this host"
     result = {
         "status": "configured" if selected else "skipped",
         "reason": "" if selected else "no NVIDIA GPU on the PCI bus and no driver loaded",
-        "distribution": info["distribution"], "release": info["release"],
-        "runtimes_detected": [r["name"] for r in info["release_runtimes"]],
-        "gpu_operator": info["gpu_operator"]["present"], "mode": settings["mode"],
-        "operator_runtimes": list(info["gpu_operator"]["runtimes"]), "pending": [], "handlers": [], "written": [],
+        "distribution": facts.distribution, "release": facts.release, "runtimes_detected": facts.handlers,
+        "gpu_operator": facts.gpu_operator["present"], "mode": settings["mode"],
+        "operator_runtimes": list(facts.gpu_operator["runtimes"]), "pending": [], "handlers": [], "written": [],
         "rendered_by_release": [], "runtimes_skipped": [], "restarted": False, "verified": None, "reboot_required": False,
     }
     if not selected:
         message = ("%s: no NVIDIA GPU on the PCI bus and no NVIDIA driver loaded; nothing is changed on this host. Set "
                    "gpu_node_force=true to configure it anyway (image builds, GPUs added later)." % who)
         return {"selected": False, "live": live, "mode": {}, "messages": [message], "result": result}
-    if info.get("known_bad_release"):
-        raise K3sGpuError("%s: %s %s: %s. Nothing was changed." % (
-            who, info["distribution"], info["release"], info["known_bad_release"]))
+    known_bad = facts.reading.get("known_bad_release")
+    if known_bad:
+        raise K3sGpuError("%s: %s %s: %s. Nothing was changed." % (who, facts.distribution, facts.release, known_bad))
     if settings["driver_install"] and settings["driver_reboot"] != "never" and settings["local_connection"]:
         raise K3sGpuError(
             "%s: gpu_node_driver_install is true with gpu_node_driver_reboot=%s, and this host is reached with the local "
@@ -550,7 +549,7 @@ def plan_host(info, settings, host=""):
     operator_driver = settings["operator_driver"]
     if operator_driver == "auto":
         operator_driver = not settings["driver_install"]
-    mode = plan_node(info, settings["mode"], operator_toolkit=settings["operator_toolkit"],
+    mode = plan_node(facts, settings["mode"], operator_toolkit=settings["operator_toolkit"],
                      operator_driver=operator_driver, toolkit_install=settings["toolkit_install"],
                      driver_install=settings["driver_install"], default_runtime=settings["default_runtime"] or "",
                      live=live, remove_operator_leftovers=settings["remove_operator_leftovers"], host=host)

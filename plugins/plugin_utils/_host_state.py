@@ -26,15 +26,17 @@ _SECTIONS = {"distribution": str, "release": str, "root": str, "profile": dict, 
 UNCHANGED = "pass the registered result of the role's host step (gpu_node_result.node) unchanged"
 
 
-def _refuse(what, key, expected, reading):
+def _refuse(what, key, expected, reading, fix=UNCHANGED, variable=None):
     found = "a %s" % type(reading[key]).__name__ if key in reading else "missing"
-    return K3sGpuError("%s: %s is %s, not a %s" % (what, key, found, expected), UNCHANGED)
+    return K3sGpuError("%s: %s is %s, not a %s" % (what, key, found, expected), fix, variable)
 
 
 @dataclass(frozen=True)
 class NodeFacts:
     """One reading of a node by runtime_info, typed at its top level. `reading` is the whole result as the module
-    returned it: the engine's functions (_gpu_operator, _configure) take it as it is."""
+    returned it, for the sections that are not fields here (systemd, loaded_config, other_dropins, binaries, ...) and
+    for the node side's functions (_plan, _template_check), which take the dict. The engine's entry points
+    (_gpu_operator.plan_host, _changes.compute, _configure.run, _doctor.check_node) take a NodeFacts."""
     distribution: str
     release: str
     root: str
@@ -51,13 +53,14 @@ class NodeFacts:
     reading: Dict[str, Any] = field(repr=False, compare=False)
 
     @classmethod
-    def from_reading(cls, reading, what="the node's reading"):
-        """NodeFacts of runtime_info's result (its warnings already taken by the caller). Raises K3sGpuError."""
+    def from_reading(cls, reading, what="the node's reading", fix=UNCHANGED, variable=None):
+        """NodeFacts of runtime_info's result (its warnings already taken by the caller). Raises K3sGpuError with
+        fix and variable (the role's host state by default; containerd_runtimes names its option node_facts)."""
         if not isinstance(reading, dict):
-            raise K3sGpuError("%s is a %s, not a mapping" % (what, type(reading).__name__), UNCHANGED)
+            raise K3sGpuError("%s is a %s, not a mapping" % (what, type(reading).__name__), fix, variable)
         for key, expected in _SECTIONS.items():
             if not isinstance(reading.get(key), expected):
-                raise _refuse(what, key, expected.__name__, reading)
+                raise _refuse(what, key, expected.__name__, reading, fix, variable)
         return cls(reading=reading, **dict((key, reading[key]) for key in _SECTIONS))
 
     @property
@@ -68,6 +71,11 @@ class NodeFacts:
     @property
     def nvidia_ctk(self):
         return self.toolkit.get("nvidia_ctk")
+
+    @property
+    def other_dropins(self):
+        """The drop-ins of containerd's import directories that are not the collection's ([] where none were read)."""
+        return self.reading.get("other_dropins") or []
 
 
 @dataclass(frozen=True)

@@ -247,12 +247,12 @@ def plan_host(facts, settings, host):
     message for the user."""
     if settings.get("state") == "absent":
         return plan_absent(facts, settings, host)
-    plan = host_state.Plan.from_dict(gpu_operator.plan_host(facts.reading, settings, host=host))
+    plan = host_state.Plan.from_dict(gpu_operator.plan_host(facts, settings, host=host))
     plan.result["state"] = "present"
     if plan.selected and plan.mode.install_toolkit:
         # the install makes k3s detect nvidia/nvidia-cdi at its next start: a template that breaks then
         # is refused now, before a package is installed
-        refusal = changes_engine.refusal_before_install(facts.reading)
+        refusal = changes_engine.refusal_before_install(facts)
         if refusal:
             raise K3sGpuError(
                 "%s: the NVIDIA toolkit is not installed, because %s" % (host or "this host", refusal))

@@ -19,6 +19,7 @@ import tempfile
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
 
 from . import base_fixtures
 
@@ -130,7 +131,7 @@ class Case:
         os.makedirs(self.root + paths["containerd_dir"])
         self._write_binaries(binaries)
         facts = detect.gather(self.root, self.distribution, self.release, toolkit_dirs=options.get("toolkit_dirs", ()))
-        self.plan, file_changes = changes.compute(facts, dict(options))
+        self.plan, file_changes = changes.compute(NodeFacts.from_reading(facts), dict(options))
         self._apply(file_changes)
         loaded = compose_node(self.root, self.distribution, self.release, binaries, options.get("toolkit_dirs", ()))
         self.profile, self.schema, self.base_text = loaded.profile, loaded.schema, loaded.base_text
@@ -150,7 +151,7 @@ class Case:
                 handle.write(existing)
         facts = detect.gather(self.root, distro.CONTAINERD, self.release)
         params = dict((k, v) for k, v in self.extra_options.items() if k != "existing_config")
-        self.plan, file_changes = changes.compute(facts, params)
+        self.plan, file_changes = changes.compute(NodeFacts.from_reading(facts), params)
         self._apply(file_changes)
         self.profile = facts["profile"]
         self.schema = self.plan["target"]["schema"]

@@ -32,6 +32,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as 
 
 from ansible_collections.k3s_gpu.nvidia.tests import testbins
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
 
 from . import lab
 
@@ -75,7 +76,7 @@ class Node(lab.NodeTree):
     def converge(self, version, **params):
         """The engine on this node: plan and file changes, applied to the tree. Returns the plan."""
         facts = detect.gather(self.root, "containerd", version)
-        plan, file_changes = changes.compute(facts, params)
+        plan, file_changes = changes.compute(NodeFacts.from_reading(facts), params)
         for change in file_changes:
             if change["after"] is None:
                 os.unlink(change["path"])
@@ -147,7 +148,7 @@ def test_2_2_refuses_version_4_and_the_engine_refuses_it_there(tmp_path, default
     node.write("/etc/containerd/config.toml", original)
     facts = detect.gather(node.root, "containerd", "2.2.7")
     with pytest.raises(K3sGpuError) as info:
-        changes.compute(facts, {})
+        changes.compute(NodeFacts.from_reading(facts), {})
     assert REFUSED_V4 in str(info.value) and "Nothing was changed" in str(info.value)
     assert node.read("/etc/containerd/config.toml") == original
 

@@ -24,6 +24,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as check
 from ansible_collections.k3s_gpu.nvidia.tests.containerd_tables import CRUN, NVIDIA_CTK_V2, RUNC_SYSTEMD, default_runtime
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
 
 from . import lab
 
@@ -62,7 +63,7 @@ class Node(lab.NodeTree):
 
     def converge(self, distribution, release, **params):
         facts = detect.gather(self.root, distribution, release, binaries=list(NVIDIA.values()))
-        plan, file_changes = changes.compute(facts, dict(params, state="present"))
+        plan, file_changes = changes.compute(NodeFacts.from_reading(facts), dict(params, state="present"))
         for change in file_changes:
             self.write(change["node_path"], change["after"])
         return facts, plan, file_changes
@@ -77,7 +78,7 @@ def test_new_runtimes_inherit_the_default_runtime_in_real_containerd(lab_version
     schema = LINE_SCHEMA[line]
     node = Node(tmp_path)
     node.write("/etc/containerd/config.toml", crun_config(schema, default))
-    _facts, plan, _changes = node.converge("containerd", release_of(line))
+    facts, plan, _changes = node.converge("containerd", release_of(line))
     assert plan["target"]["mode"] == planner.MODE_CONFIG
     loaded_default, runtimes = runtimes_in(dumped(line, node.read("/etc/containerd/config.toml")), schema)
     assert loaded_default == default
@@ -86,7 +87,7 @@ def test_new_runtimes_inherit_the_default_runtime_in_real_containerd(lab_version
         assert table["options"]["BinaryName"] == binary, name  # never crun's
         assert bool(table["options"].get("SystemdCgroup", False)) is systemd, (name, table)
         assert bool(table.get("privileged_without_host_devices", False)) is privileged, (name, table)
-    source = changes.result_fields({"distribution": "containerd", "release": release_of(line)}, plan)["inherited_from"]
+    source = changes.result_fields(NodeFacts.from_reading(facts), plan)["inherited_from"]
     assert (source["runtime"], source["fallback"]) == (default, None)
 
 
@@ -152,7 +153,7 @@ def test_the_refused_users_table_is_what_containerd_refuses(lab_versions, tmp_pa
     node.write("/run/systemd/system/.keep", "")
     facts = detect.gather(node.root, "k3s", K3S_RELEASE)
     with pytest.raises(K3sGpuError, match=r"SystemdCgroup false \u2192 true"):
-        changes.compute(facts, {"state": "present"})
+        changes.compute(NodeFacts.from_reading(facts), {"state": "present"})
     assert node.read(TEMPLATE_V2) == template
     # as the file stands, k3s would render a config that containerd refuses: the refusal's cause is true
     params = check.base_params(facts, facts["profile"], facts["release_runtimes"], None)

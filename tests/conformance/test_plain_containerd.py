@@ -40,6 +40,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as 
 
 from ansible_collections.k3s_gpu.nvidia.tests import testbins
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
 
 from . import lab
 
@@ -104,7 +105,7 @@ class Node(lab.NodeTree):
 
     def converge(self, line, **params):
         facts = detect.gather(self.root, "containerd", release_of(line), binaries=list(NVIDIA.values()))
-        plan, file_changes = changes.compute(facts, params)
+        plan, file_changes = changes.compute(NodeFacts.from_reading(facts), params)
         for change in file_changes:
             self.write(change["node_path"], change["after"])
         return plan, file_changes
@@ -305,7 +306,7 @@ def test_k3s_on_the_host_containerd_is_configured_where_its_pods_run(tmp_path, l
     release = "v1.33.10+k3s1" if distribution == "k3s" else "v1.33.10+rke2r1"
     facts = detect.gather(node.root, distribution, release, binaries=list(NVIDIA.values()))
     assert (facts["distribution"], facts["release"]) == ("containerd", release_of(line))
-    plan, file_changes = changes.compute(facts, {})
+    plan, file_changes = changes.compute(NodeFacts.from_reading(facts), {})
     assert [c["node_path"] for c in file_changes] == [plan["target"]["path"]]
     assert plan["target"]["path"] in ("/etc/containerd/config.toml", "/etc/containerd/conf.d/50-k3s-gpu-nvidia.toml")
     assert any("host's containerd" in note for note in plan["notes"])
@@ -337,7 +338,10 @@ def test_the_validate_command_refuses_what_containerd_refuses(tmp_path, line):
     # result passes, a file that containerd cannot read fails (a table declared twice; a version above
     # the line's is no test: 1.6 reads `version = 3` without a word)
     exe, env = _binary(line)
-    command = changes.node_validate({"distribution": "containerd", "root": "/", "containerd_binary": exe}, {})
+    reading = {"distribution": "containerd", "release": "", "root": "/", "containerd_binary": exe, "profile": {}, "paths": {},
+               "runtimes": [], "release_runtimes": [], "driver": {}, "toolkit": {}, "cdi": {}, "gpu_operator": {}, "units": [],
+               "files": {}}
+    command = changes.node_validate(NodeFacts.from_reading(reading), {})
     node = Node(tmp_path)
     node.write("/etc/containerd/config.toml", default_config(line))
     _plan, file_changes = node.converge(line)

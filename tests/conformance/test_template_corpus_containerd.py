@@ -28,6 +28,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as check
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.tests.corpus import corpus
 
 from . import lab
@@ -68,7 +69,7 @@ class Node:
         self.template_path = paths["containerd_dir"] + "/" + case["template_name"]
         self._write(self.template_path, case["data"])
         facts = detect.gather(self.root, self.distribution, release)
-        self.plan, file_changes = changes.compute(facts, {})
+        self.plan, file_changes = changes.compute(NodeFacts.from_reading(facts), {})
         for change in file_changes:
             if change["after"] is None:
                 os.unlink(self.root + change["node_path"])

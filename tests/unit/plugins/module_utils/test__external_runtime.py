@@ -15,6 +15,7 @@ import pytest
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
 
 K3S_CONFIG = "/etc/rancher/k3s/config.yaml"
 UNIT = "/etc/systemd/system/k3s.service"
@@ -77,7 +78,7 @@ def test_host_containerd_endpoint_is_configured_as_plain_containerd(sandbox, fil
     assert in_use["runtime"] == "containerd" and in_use["distribution"] == "k3s" and in_use["release"] == "v1.33.10+k3s1"
     assert in_use["source"] in files
     assert "secret" not in repr(facts)  # the env file's token never reaches the facts
-    plan, file_changes = changes.compute(facts, {})
+    plan, file_changes = changes.compute(NodeFacts.from_reading(facts), {})
     assert [c["node_path"] for c in file_changes] == [HOST_CONFIG]
     assert plan["target"]["mode"] == "config"
     assert sorted(r["name"] for r in plan["write"]) == ["nvidia", "nvidia-cdi", "nvidia-legacy"]
@@ -108,13 +109,13 @@ def test_other_runtimes_are_refused_by_name_and_nothing_changes(sandbox, distrib
     assert facts["distribution"] == distribution and facts["runtime_in_use"]["runtime"] == runtime
     before = sandbox.snapshot()
     with pytest.raises(K3sGpuError) as raised:
-        changes.compute(facts, {})
+        changes.compute(NodeFacts.from_reading(facts), {})
     message = str(raised.value)
     assert message.startswith("[external_runtime] %s %s on this node runs its pods on " % (distribution, release))
     assert named in message and "Nothing was changed" in message and "\n" not in message
     assert sandbox.snapshot() == before
     # taking back what the collection wrote into the embedded containerd's directory stays possible
-    changes.compute(facts, {"state": "absent"})
+    changes.compute(NodeFacts.from_reading(facts), {"state": "absent"})
 
 
 def test_embedded_containerd_by_default_and_docker_false(sandbox):

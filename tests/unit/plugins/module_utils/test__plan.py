@@ -16,6 +16,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as pla
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
 
 LEGACY = "/usr/bin/nvidia-container-runtime.legacy"
 CONTAINERD_DIR = "/var/lib/rancher/k3s/agent/etc/containerd"
@@ -24,7 +25,7 @@ CONTAINERD_DIR = "/var/lib/rancher/k3s/agent/etc/containerd"
 def run(sandbox, release="v1.31.6+k3s1", binaries=(), path=None, **params):
     facts = detect.gather(sandbox.root, "k3s", release, binaries=binaries, path=path)
     params.setdefault("path", path)
-    return changes.compute(facts, params)
+    return changes.compute(NodeFacts.from_reading(facts), params)
 
 
 BAD_NAMES = ['nvidia"x', "nvidia.legacy", "nvidia\nx", "Nvidia", "", "a" * 64, "-nvidia", "nvidia x", "nvidia\n"]
@@ -48,7 +49,7 @@ def test_bad_binary(sandbox, binary, message):
     sandbox.k3s("k3s", "package")
     facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", binaries=[binary] if binary.startswith("/") else [])
     with pytest.raises(K3sGpuError, match=message):
-        changes.compute(facts, {"runtimes": [{"name": "custom", "binary": binary}]})
+        changes.compute(NodeFacts.from_reading(facts), {"runtimes": [{"name": "custom", "binary": binary}]})
 
 
 def test_non_executable_and_dangling_binary(sandbox):
@@ -57,16 +58,16 @@ def test_non_executable_and_dangling_binary(sandbox):
     for binary, message in (("/opt/x/rt", "not executable"), ("/opt/x/dangling", "dangling symlink")):
         facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", binaries=[binary])
         with pytest.raises(K3sGpuError, match=message):
-            changes.compute(facts, {"runtimes": [{"name": "custom", "binary": binary}]})
+            changes.compute(NodeFacts.from_reading(facts), {"runtimes": [{"name": "custom", "binary": binary}]})
 
 
 def test_option_typo_is_caught(sandbox):
     sandbox.k3s("k3s", "package")
     facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", binaries=[LEGACY])
     with pytest.raises(K3sGpuError, match=r"'systemdcgroup' is not an option .* \(did you mean SystemdCgroup\?\)"):
-        changes.compute(facts, {"runtimes": [{"name": "nvidia-legacy", "binary": LEGACY, "options": {"systemdcgroup": True}}]})
+        changes.compute(NodeFacts.from_reading(facts), {"runtimes": [{"name": "nvidia-legacy", "binary": LEGACY, "options": {"systemdcgroup": True}}]})
     with pytest.raises(K3sGpuError, match=r"'BinaryNme' .*did you mean BinaryName"):
-        changes.compute(facts, {"runtimes": [{"name": "nvidia-legacy", "binary": LEGACY, "options": {"BinaryNme": "/x"}}]})
+        changes.compute(NodeFacts.from_reading(facts), {"runtimes": [{"name": "nvidia-legacy", "binary": LEGACY, "options": {"BinaryNme": "/x"}}]})
 
 
 def test_enable_cdi_on_containerd_17_release_is_refused(sandbox):
@@ -142,9 +143,9 @@ def test_explicit_runtime_that_base_renders_with_another_binary(sandbox):
     sandbox.k3s("k3s", "package").binary("/opt/x/nvidia-container-runtime")
     facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", binaries=["/opt/x/nvidia-container-runtime"])
     with pytest.raises(K3sGpuError, match="cannot declare its table a second time"):
-        changes.compute(facts, {"runtimes": [{"name": "nvidia", "binary": "/opt/x/nvidia-container-runtime"}]})
+        changes.compute(NodeFacts.from_reading(facts), {"runtimes": [{"name": "nvidia", "binary": "/opt/x/nvidia-container-runtime"}]})
     facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1", binaries=["/opt/x/nvidia-container-runtime"])
-    plan, _c = changes.compute(facts, {"runtimes": [{"name": "nvidia", "binary": "/opt/x/nvidia-container-runtime"}]})
+    plan, _c = changes.compute(NodeFacts.from_reading(facts), {"runtimes": [{"name": "nvidia", "binary": "/opt/x/nvidia-container-runtime"}]})
     assert plan["write"][0]["name"] == "nvidia" and "overrides" in plan["notes"][0]
 
 
@@ -188,14 +189,14 @@ def test_plain_containerd_v1_config_is_refused(sandbox):
     sandbox.write("/etc/containerd/config.toml", '[plugins.cri]\n  sandbox_image = "x"\n')
     facts = detect.gather(sandbox.root, "containerd", "1.7.24")
     with pytest.raises(K3sGpuError, match="has no `version` line"):
-        changes.compute(facts, {})
+        changes.compute(NodeFacts.from_reading(facts), {})
 
 
 def test_containerd_16_has_no_cdi(sandbox):
     sandbox.binary("/usr/bin/containerd")
     facts = detect.gather(sandbox.root, "containerd", "1.6.20")
     with pytest.raises(K3sGpuError, match="containerd 1.6 .* has no CDI support"):
-        changes.compute(facts, {"enable_cdi": True})
+        changes.compute(NodeFacts.from_reading(facts), {"enable_cdi": True})
 
 
 def test_runtime_info_plan_summary(sandbox):
@@ -228,7 +229,7 @@ def containerd_node(sandbox, config=None):
 
 def plain(sandbox, version, **params):
     facts = detect.gather(sandbox.root, "containerd", version, path=params.get("path"))
-    return changes.compute(facts, params)
+    return changes.compute(NodeFacts.from_reading(facts), params)
 
 
 def test_v4_config_edited_stays_v4(sandbox):

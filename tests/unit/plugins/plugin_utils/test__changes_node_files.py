@@ -13,9 +13,11 @@ import json
 
 import pytest
 
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.plugins.modules import runtime_info
 
 
@@ -68,6 +70,26 @@ def test_failed_or_skipped_results_are_not_used(sandbox, capsys):
     assert changes.given_facts(dict(params(sandbox), node_facts=dict(facts, failed=True)), []) is None
     assert changes.given_facts(dict(params(sandbox), node_facts={"skipped": True, "changed": False}), []) is None
     assert changes.given_facts(dict(params(sandbox), node_facts=None), []) is None
+
+
+@pytest.mark.parametrize("section, value, found", [("cdi", None, "a NoneType"), ("files", [], "a list"), ("paths", "x", "a str")])
+def test_node_facts_that_are_not_a_reading_are_refused_by_name(sandbox, capsys, section, value, found):
+    # containerd_runtimes types the reading it is given once (_configure.run): a section of another type is refused
+    # with the option's name before anything is read or written
+    sandbox.k3s("k3s", "package")
+    facts = read(sandbox, capsys)
+    facts[section] = value
+    validated = ArgumentSpecValidator(configure.SPEC).validate({"root": sandbox.root, "release": "v1.31.6+k3s1",
+                                                                "node_facts": facts})
+    assert not validated.error_messages
+
+    def execute_module(name, _args):
+        raise AssertionError("nothing is read or written (%s)" % name)
+
+    result = configure.run({}, validated.validated_parameters, execute_module, False)
+    assert result["failed"] is True and result["changed"] is False and result["facts_source"] == "node_facts"
+    assert result["msg"].startswith("node_facts: %s is %s, not a " % (section, found)), result["msg"]
+    assert "k3s_gpu.nvidia.runtime_info" in result["msg"] and result["error"]["variables"] == ["node_facts"]
 
 
 def test_write_entries_carry_what_the_decision_was_made_from(sandbox):

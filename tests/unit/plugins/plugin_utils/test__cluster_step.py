@@ -81,6 +81,11 @@ def test_text_booleans_are_booleans():
     assert step.read_settings({"runtimeclasses_select_nodes": "false"})["runtimeclasses_select_nodes"] is False
 
 
+# the sections of runtime_info's reading that the node reports do not look at
+OTHER_SECTIONS = {"distribution": "k3s", "release": "v1.33.10+k3s1", "root": "/", "profile": {}, "paths": {}, "runtimes": [],
+                  "driver": {}, "toolkit": {}, "cdi": {}, "units": [], "files": {}}
+
+
 def reports(vars_by_host, modes=None):
     modes = modes or {}
     return step.node_reports(list(vars_by_host), vars_by_host.get,
@@ -92,8 +97,8 @@ def test_node_reports_from_the_role_and_from_a_reading():
         "gpu1": {"gpu_node_result": {"status": "configured", "handlers": ["nvidia", "nvidia-legacy"], "gpu_operator": False,
                                      "cdi": {"enabled": True, "spec": True}, "device_plugin_config": "shared"}},
         "cpu1": {"gpu_node_result": {"status": "skipped"}},
-        "gpu2": {step.READING_VAR: {"release_runtimes": [{"name": "nvidia"}, {"name": "crun"}],
-                                    "loaded_config": {"runtimes": ["nvidia-cdi", "runc"]}, "gpu_operator": {"present": True}}},
+        "gpu2": {step.READING_VAR: dict(OTHER_SECTIONS, release_runtimes=[{"name": "nvidia"}, {"name": "crun"}],
+                                        loaded_config={"runtimes": ["nvidia-cdi", "runc"]}, gpu_operator={"present": True})},
     })
     assert complete is True
     assert nodes == [{"host": "gpu1", "handlers": ["nvidia", "nvidia-legacy"], "gpu_operator": False, "mode": "host",
@@ -119,9 +124,9 @@ def dropin_reading(config=None, dropin=DROPIN):
              "dropin_v3": {"state": "file", "content": dropin} if dropin else {"state": "absent"},
              "dropin_v2": {"state": "absent"}}
     loaded = ["nvidia", "nvidia-cdi", "runc"] if config is not None and dropin else ["nvidia", "runc"] if config else []
-    return {"release_runtimes": [{"name": "nvidia"}, {"name": "nvidia-experimental"}], "paths": paths, "files": files,
-            "profile": {"schema": 3}, "loaded_config": {"exists": config is not None, "runtimes": loaded},
-            "other_dropins": [], "gpu_operator": {"present": False}}
+    return dict(OTHER_SECTIONS, release_runtimes=[{"name": "nvidia"}, {"name": "nvidia-experimental"}], paths=paths, files=files,
+                profile={"schema": 3}, loaded_config={"exists": config is not None, "runtimes": loaded},
+                other_dropins=[], gpu_operator={"present": False})
 
 
 def test_a_dropin_written_before_the_first_start_counts():
@@ -140,6 +145,15 @@ def test_a_dropin_written_before_the_first_start_counts():
 def test_the_handlers_of_a_reading_otherwise_unchanged(config, dropin, handlers):
     nodes, _complete = reports({"gpu1": {step.READING_VAR: dropin_reading(config, dropin)}})
     assert nodes[0]["handlers"] == handlers
+
+
+@pytest.mark.parametrize("section, value, found", [("files", [], "a list"), ("profile", None, "a NoneType"),
+                                                   ("paths", "x", "a str")])
+def test_a_reading_that_is_not_runtime_infos_is_refused_by_name(section, value, found):
+    reading = dropin_reading()
+    reading[section] = value
+    with pytest.raises(K3sGpuError, match=r"^gpu1: runtimeclasses__info: %s is %s, not a .*read phase" % (section, found)):
+        reports({"gpu1": {step.READING_VAR: reading}})
 
 
 @pytest.mark.parametrize("seen", [

@@ -24,6 +24,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.tests.containerd_tables import CRUN, NVIDIA_CTK_V2, RUNC_SYSTEMD, default_runtime
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
 
 RELEASE = "v1.30.6+k3s1"
 TEMPLATE_V2 = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"
@@ -65,7 +66,7 @@ def test_a_users_table_of_a_rendered_runtime_is_refused_with_what_it_would_lose(
     facts = k3s_node(sandbox, USER_NVIDIA)
     before = sandbox.snapshot()
     with pytest.raises(K3sGpuError) as info:
-        changes.compute(facts, {"state": "present", "backup": True})
+        changes.compute(NodeFacts.from_reading(facts), {"state": "present", "backup": True})
     message = str(info.value)
     assert "line 3: [%s.runtimes.nvidia]" % V2 in message
     assert "renders runtime nvidia itself (it detects /usr/bin/nvidia-container-runtime)" in message
@@ -82,7 +83,7 @@ def test_the_rule_holds_for_every_runtime_the_release_renders(sandbox):
         "nvidia-container-runtime\"", "nvidia-container-runtime.cdi\"").replace(
         "SystemdCgroup = false", "SystemdCgroup = true\n  NoNewKeyring = true")
     with pytest.raises(K3sGpuError) as info:
-        changes.compute(k3s_node(sandbox, template), {"state": "present"})
+        changes.compute(NodeFacts.from_reading(k3s_node(sandbox, template)), {"state": "present"})
     assert "runtime nvidia-cdi itself" in str(info.value)
     assert "options.NoNewKeyring true \u2192 (unset)" in str(info.value)
 
@@ -94,7 +95,7 @@ def test_on_a_dropin_release_the_refusal_names_the_settings_and_the_dropin_way(s
     template = USER_NVIDIA.replace(V2, V3)
     sandbox.write("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl", template)
     with pytest.raises(K3sGpuError) as info:
-        changes.compute(detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1"), {"state": "present"})
+        changes.compute(NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")), {"state": "present"})
     message = str(info.value)
     assert "SystemdCgroup false \u2192 true" in message and "nvidia-custom" in message
     assert "put only those keys into a drop-in config-v3.toml.d/<name>.toml" in message
@@ -103,7 +104,7 @@ def test_on_a_dropin_release_the_refusal_names_the_settings_and_the_dropin_way(s
 def test_a_block_exactly_as_this_module_writes_it_goes_when_the_release_renders_it(sandbox):
     # the mirror: our own block from before k3s detected the runtime (same values as the release's) is taken out
     ours = USER_NVIDIA.replace("SystemdCgroup = false", "SystemdCgroup = true")
-    plan, file_changes = changes.compute(k3s_node(sandbox, ours), {"state": "present"})
+    plan, file_changes = changes.compute(NodeFacts.from_reading(k3s_node(sandbox, ours)), {"state": "present"})
     assert plan["removed_for_base"] == ["nvidia"]
     assert "nvidia" not in runtimes_of(file_changes[0]["after"])
 
@@ -113,7 +114,7 @@ def test_a_users_existing_table_keeps_its_settings(sandbox):
     # SystemdCgroup stays, and a value that has to change is named
     template = USER_NVIDIA.replace("runtimes.nvidia", "runtimes.nvidia-legacy").replace(
         '"/usr/bin/nvidia-container-runtime"', '"/opt/old/nvidia-container-runtime.legacy"')
-    plan, file_changes = changes.compute(k3s_node(sandbox, template), {"state": "present", "backup": True})
+    plan, file_changes = changes.compute(NodeFacts.from_reading(k3s_node(sandbox, template)), {"state": "present", "backup": True})
     legacy = runtimes_of(file_changes[0]["after"])["nvidia-legacy"]
     assert legacy["options"] == {"BinaryName": "/usr/bin/nvidia-container-runtime.legacy", "SystemdCgroup": False}
     warning = [w for w in plan["warnings"] if "[runtime_table_updated]" in w]
@@ -130,8 +131,8 @@ def test_a_users_existing_table_keeps_its_settings(sandbox):
 ])
 def test_a_template_without_the_base_include_is_edited_and_warned(sandbox, binaries):
     facts = k3s_node(sandbox, NVIDIA_CTK_V2, binaries)
-    assert changes.refusal_before_install(facts) is None
-    plan, file_changes = changes.compute(facts, {"state": "present"})
+    assert changes.refusal_before_install(NodeFacts.from_reading(facts)) is None
+    plan, file_changes = changes.compute(NodeFacts.from_reading(facts), {"state": "present"})
     after = file_changes[0]["after"]
     assert after.startswith(NVIDIA_CTK_V2)  # every user line kept, byte for byte
     assert sorted(runtimes_of(after)) == ["nvidia", "nvidia-cdi", "nvidia-legacy", "runc"]
@@ -144,7 +145,7 @@ def test_a_template_without_the_base_include_is_edited_and_warned(sandbox, binar
     assert "missing: the registry config_path (registries.yaml)" in warning
     # idempotent
     sandbox.write(TEMPLATE_V2, after)
-    assert changes.compute(detect.gather(sandbox.root, "k3s", RELEASE), {"state": "present"})[1] == []
+    assert changes.compute(NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", RELEASE)), {"state": "present"})[1] == []
 
 
 def test_the_mirror_with_the_base_include_is_still_refused(sandbox):
@@ -152,17 +153,17 @@ def test_the_mirror_with_the_base_include_is_still_refused(sandbox):
     template = ('{{ template "base" . }}\n\n[%(t)s.runtimes.nvidia-cdi]\n  runtime_type = "io.containerd.runc.v2"\n'
                 '[%(t)s.runtimes.nvidia-cdi.options]\n  BinaryName = "/usr/bin/nvidia-container-runtime.cdi"\n' % {"t": V2})
     facts = k3s_node(sandbox, template, ("nvidia-container-runtime", "nvidia-container-runtime.legacy"))
-    refusal = changes.refusal_before_install(facts)
+    refusal = changes.refusal_before_install(NodeFacts.from_reading(facts))
     assert "already emitted by the base template of k3s %s" % RELEASE in refusal
     with pytest.raises(K3sGpuError):
-        changes.compute(facts, {"state": "present"})
+        changes.compute(NodeFacts.from_reading(facts), {"state": "present"})
 
 
 def test_default_runtime_and_enable_cdi_in_a_template_without_base(sandbox):
     # the schema-2 base emits the tables that hold them; a template without the base include does not
     facts = k3s_node(sandbox, NVIDIA_CTK_V2, release="v1.29.4+k3s1")
-    plan, file_changes = changes.compute(facts, {"state": "present", "default_runtime": "nvidia-legacy",
-                                                 "enable_cdi": True})
+    plan, file_changes = changes.compute(NodeFacts.from_reading(facts), {"state": "present", "default_runtime": "nvidia-legacy",
+                                                                         "enable_cdi": True})
     data = tomllib.loads(file_changes[0]["after"])
     assert data["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["default_runtime_name"] == "nvidia-legacy"
     assert data["plugins"]["io.containerd.grpc.v1.cri"]["enable_cdi"] is True
@@ -170,7 +171,7 @@ def test_default_runtime_and_enable_cdi_in_a_template_without_base(sandbox):
     with_base = '{{ template "base" . }}\n'
     facts = k3s_node(sandbox, with_base, release="v1.29.4+k3s1")
     with pytest.raises(K3sGpuError, match="base template already emits"):
-        changes.compute(facts, {"state": "present", "default_runtime": "nvidia-legacy"})
+        changes.compute(NodeFacts.from_reading(facts), {"state": "present", "default_runtime": "nvidia-legacy"})
 
 
 # --- 3. gpu_node_state: absent gives the node back as it was ------------------------------------------------
@@ -189,7 +190,7 @@ def _node_files(capsys, entries):
 def _role_run(sandbox, capsys, state, release, runtimes=None):
     facts = detect.gather(sandbox.root, "k3s", release, binaries=[r["binary"] for r in runtimes or []])
     params = {"state": state, "handler_labels": True, "_own_files": True, "backup": True, "runtimes": runtimes}
-    plan, file_changes = changes.compute(facts, params)
+    plan, file_changes = changes.compute(NodeFacts.from_reading(facts), params)
     entries = [changes.write_entry(c, dict(params, validate=None)) for c in file_changes]
     return plan, file_changes, _node_files(capsys, entries) if entries else None
 
@@ -284,12 +285,13 @@ def test_plain_containerd_inherits_from_the_default_runtime(sandbox, default, sy
     text = CRUN_DEFAULT.replace('default_runtime_name = "crun"', 'default_runtime_name = "%s"' % default)
     if default == "kata":
         text += '[%s.runtimes.kata]\n  runtime_type = "io.containerd.kata.v2"\n  privileged_without_host_devices = true\n' % V3
-    plan, file_changes = changes.compute(plain_node(sandbox, text), {"state": "present"})
+    facts = NodeFacts.from_reading(plain_node(sandbox, text))
+    plan, file_changes = changes.compute(facts, {"state": "present"})
     for name, table in nvidia_tables(file_changes[0]["after"]).items():
         assert table["options"]["SystemdCgroup"] is systemd, name
         assert table["options"]["BinaryName"].startswith("/usr/bin/nvidia-container-runtime")  # never crun's
         assert table.get("privileged_without_host_devices") is privileged, name
-    source = changes.result_fields({"distribution": "containerd", "release": "2.1.9"}, plan)["inherited_from"]
+    source = changes.result_fields(facts, plan)["inherited_from"]
     assert source["runtime"] == ("crun" if default == "crun" else "runc")
     assert source["default_runtime"] == default
     assert (source["fallback"] is None) == (fallback is None)
@@ -302,7 +304,7 @@ def test_a_plain_dropin_follows_another_dropin_that_names_the_default(sandbox):
     root = 'version = 3\nimports = ["/etc/containerd/conf.d/*.toml"]\n' + CRUN_DEFAULT.split("\n", 1)[1].replace(
         'default_runtime_name = "crun"', 'default_runtime_name = "runc"')
     dropin = 'version = 3\n[%s]\n  default_runtime_name = "crun"\n' % V3
-    plan, file_changes = changes.compute(plain_node(sandbox, root, {"10-default.toml": dropin}), {"state": "present"})
+    plan, file_changes = changes.compute(NodeFacts.from_reading(plain_node(sandbox, root, {"10-default.toml": dropin})), {"state": "present"})
     assert plan["target"]["mode"] == planner.MODE_DROPIN
     nvidia = nvidia_tables(file_changes[0]["after"])["nvidia"]
     assert nvidia["options"]["SystemdCgroup"] is False and nvidia["privileged_without_host_devices"] is True
@@ -314,7 +316,7 @@ def systemd_k3s_changes(sandbox, release, files=()):
     sandbox.mkdir("/run/systemd/system")
     for path, text in files:
         sandbox.write(path, text)
-    return changes.compute(detect.gather(sandbox.root, "k3s", release), {"state": "present"})
+    return changes.compute(NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", release)), {"state": "present"})
 
 
 def test_k3s_dropin_follows_a_users_dropin_that_makes_another_runtime_the_default(sandbox):

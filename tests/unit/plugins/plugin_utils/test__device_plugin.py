@@ -289,8 +289,8 @@ def test_bad_node_facts(nodes, message):
         plan(nodes=nodes)
 
 
-def test_node_facts_dataclass_is_an_input_too():
-    facts = dp.NodeFacts(host="gpu1", cdi_enabled=True, cdi_spec=True, handlers=("nvidia",))
+def test_plugin_node_dataclass_is_an_input_too():
+    facts = dp.PluginNode(host="gpu1", cdi_enabled=True, cdi_spec=True, handlers=("nvidia",))
     assert plan(nodes=[facts])["device_list_strategy"] == "cdi-cri"
 
 

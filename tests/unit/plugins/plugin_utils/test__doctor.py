@@ -18,6 +18,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as d
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _doctor as doctor
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.tests.conformance import cases
 
 RELEASE = "v1.34.6+k3s1"
@@ -57,8 +58,8 @@ def healthy(sandbox):
     sandbox.symlink(REFRESH_WANTS, REFRESH_UNIT)
     sandbox.write("/etc/udev/rules.d/71-nvidia-dev-char.rules", "# the rule\n")
     facts = detect.gather(sandbox.root, "k3s", RELEASE)
-    _plan, written = changes.compute(facts, {"state": "present", "root": sandbox.root, "distribution": "k3s",
-                                             "release": RELEASE})
+    _plan, written = changes.compute(NodeFacts.from_reading(facts), {"state": "present", "root": sandbox.root,
+                                                                     "distribution": "k3s", "release": RELEASE})
     for change in written:
         sandbox.write(change["node_path"], change["after"])
     cases.start_node(sandbox.root, "k3s", RELEASE, BINARIES)
@@ -84,7 +85,7 @@ def diagnose(sandbox, **overrides):
     node = node_settings(**overrides)
     if "existing_binaries" not in overrides:
         node["existing_binaries"] = [b for b in BINARIES if sandbox.exists(b)]
-    return doctor.check_node("gpu1", info, node)
+    return doctor.check_node("gpu1", NodeFacts.from_reading(info), node)
 
 
 def layers(report):

@@ -21,6 +21,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operato
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils.helmchart_checks import FIXTURES, documents, helmchart_schema, valid_helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
 
 RELEASE = "v1.33.10+k3s1"
 
@@ -61,7 +62,7 @@ def test_detection_host_only(sandbox):
 # --- host mode ------------------------------------------------------------------------------------
 
 def test_host_mode_installs_the_toolkit_on_a_plain_node(sandbox):
-    plan = op.plan_node(facts_of(sandbox), "host")
+    plan = op.plan_node(NodeFacts.from_reading(facts_of(sandbox)), "host")
     assert plan["install_toolkit"] is True and plan["remove_host_toolkit"] is False
     assert plan["generate_cdi"] is True and plan["pending"] == []
 
@@ -69,11 +70,11 @@ def test_host_mode_installs_the_toolkit_on_a_plain_node(sandbox):
 def test_host_mode_refuses_a_second_toolkit_next_to_the_operators(sandbox):
     with pytest.raises(K3sGpuError, match=r"gpu1 has the GPU Operator's toolkit in /usr/local/nvidia/toolkit "
                        r"\(nvidia-container-runtime, .*gpu_node_toolkit_install=false"):
-        op.plan_node(facts_of(sandbox, ("operator",)), "host", toolkit_install=True, host="gpu1")
+        op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator",))), "host", toolkit_install=True, host="gpu1")
 
 
 def test_host_mode_keeps_the_operators_toolkit_when_not_installing(sandbox):
-    plan = op.plan_node(facts_of(sandbox, ("operator",)), "host", toolkit_install=False)
+    plan = op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator",))), "host", toolkit_install=False)
     assert plan["install_toolkit"] is False
     assert plan["operator_handlers"] == ["nvidia", "nvidia-cdi", "nvidia-legacy"]
 
@@ -81,13 +82,13 @@ def test_host_mode_keeps_the_operators_toolkit_when_not_installing(sandbox):
 def test_host_mode_refuses_two_toolkits_even_without_installing(sandbox):
     with pytest.raises(K3sGpuError, match=r"two NVIDIA toolkits: the GPU Operator's in .* and the host's "
                        r"\(/usr/bin/nvidia-container-runtime, .*Keep one"):
-        op.plan_node(facts_of(sandbox, ("operator", "package")), "host", toolkit_install=False)
+        op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator", "package"))), "host", toolkit_install=False)
 
 
 # --- operator mode ----------------------------------------------------------------------------------
 
 def test_operator_mode_before_the_operator_arrives(sandbox):
-    plan = op.plan_node(facts_of(sandbox), "operator", default_runtime="nvidia", host="gpu1")
+    plan = op.plan_node(NodeFacts.from_reading(facts_of(sandbox)), "operator", default_runtime="nvidia", host="gpu1")
     assert plan["install_toolkit"] is False and plan["remove_host_toolkit"] is False
     assert plan["generate_cdi"] is False  # the operator's toolkit writes the CDI specs
     assert plan["default_runtime"] == ""
@@ -96,13 +97,13 @@ def test_operator_mode_before_the_operator_arrives(sandbox):
 
 
 def test_operator_mode_with_the_operators_toolkit_in_place(sandbox):
-    plan = op.plan_node(facts_of(sandbox, ("operator",)), "operator", default_runtime="nvidia-cdi")
+    plan = op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator",))), "operator", default_runtime="nvidia-cdi")
     assert plan["default_runtime"] == "nvidia-cdi" and plan["pending"] == []
     assert plan["owners"] == {"nvidia": "gpu-operator", "nvidia-cdi": "gpu-operator", "nvidia-legacy": "gpu-operator"}
 
 
 def test_operator_mode_removes_the_host_toolkit_on_a_real_root(sandbox):
-    plan = op.plan_node(facts_of(sandbox, ("package",)), "operator", toolkit_install=True, live=True,
+    plan = op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("package",))), "operator", toolkit_install=True, live=True,
                         default_runtime="nvidia")
     assert plan["remove_host_toolkit"] is True and plan["install_toolkit"] is False
     # the host's nvidia goes away with its packages: the default waits for the operator's
@@ -113,11 +114,11 @@ def test_operator_mode_removes_the_host_toolkit_on_a_real_root(sandbox):
 def test_operator_mode_refuses_a_host_toolkit_it_may_not_remove(sandbox, toolkit_install, live):
     with pytest.raises(K3sGpuError, match=r"operator mode, where the GPU Operator installs the toolkit, but a "
                        r"host toolkit is there \(/usr/bin/nvidia-container-runtime, .*gpu_node_operator_toolkit=false"):
-        op.plan_node(facts_of(sandbox, ("package",)), "operator", toolkit_install=toolkit_install, live=live)
+        op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("package",))), "operator", toolkit_install=toolkit_install, live=live)
 
 
 def test_operator_mode_with_the_host_toolkit_kept(sandbox):
-    plan = op.plan_node(facts_of(sandbox, ("package",)), "operator", operator_toolkit=False, default_runtime="nvidia")
+    plan = op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("package",))), "operator", operator_toolkit=False, default_runtime="nvidia")
     assert plan["install_toolkit"] is True and plan["remove_host_toolkit"] is False
     assert plan["generate_cdi"] is True and plan["default_runtime"] == "nvidia" and plan["pending"] == []
 
@@ -125,16 +126,16 @@ def test_operator_mode_with_the_host_toolkit_kept(sandbox):
 def test_operator_mode_refuses_stale_operator_files_when_its_toolkit_is_off(sandbox):
     with pytest.raises(K3sGpuError, match=r"toolkit is off \(gpu_node_operator_toolkit=false\), yet "
                        r"/usr/local/nvidia/toolkit .*search that directory first"):
-        op.plan_node(facts_of(sandbox, ("operator",)), "operator", operator_toolkit=False)
+        op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator",))), "operator", operator_toolkit=False)
 
 
 def test_operator_mode_refuses_two_driver_owners(sandbox):
     with pytest.raises(K3sGpuError, match=r"gpu_node_driver_install=true and the GPU Operator's driver is on"):
-        op.plan_node(facts_of(sandbox), "operator", operator_driver=True, driver_install=True)
+        op.plan_node(NodeFacts.from_reading(facts_of(sandbox)), "operator", operator_driver=True, driver_install=True)
 
 
 def test_operator_mode_keeps_the_role_driver_when_the_operators_is_off(sandbox):
-    plan = op.plan_node(facts_of(sandbox), "operator", operator_driver=False, driver_install=True)
+    plan = op.plan_node(NodeFacts.from_reading(facts_of(sandbox)), "operator", operator_driver=False, driver_install=True)
     assert plan["install_driver"] is True
 
 
@@ -146,7 +147,7 @@ def test_operator_mode_keeps_the_role_driver_when_the_operators_is_off(sandbox):
 def test_bad_input(sandbox, kwargs, message):
     facts = facts_of(sandbox)
     with pytest.raises(K3sGpuError, match=message):
-        op.plan_node(facts, **kwargs)
+        op.plan_node(NodeFacts.from_reading(facts), **kwargs)
 
 
 # --- one cluster: the HelmChart ------------------------------------------------------------------------
@@ -387,11 +388,11 @@ def test_feature_table_matches_every_helmchart_fixture():
 
 def test_host_mode_takes_back_a_node_the_operator_left(sandbox):
     """An uninstalled operator leaves /usr/local/nvidia/toolkit behind; the role removes it when told to."""
-    plan = op.plan_node(facts_of(sandbox, ("operator",)), "host", toolkit_install=True, remove_operator_leftovers=True)
+    plan = op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator",))), "host", toolkit_install=True, remove_operator_leftovers=True)
     assert plan["remove_operator_leftovers"] is True and plan["install_toolkit"] is True
     assert plan["operator_handlers"] == []
     # ignored in operator mode: the directory is the operator's own there
-    plan = op.plan_node(facts_of(sandbox, ("operator",)), "operator", remove_operator_leftovers=True)
+    plan = op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator",))), "operator", remove_operator_leftovers=True)
     assert plan["remove_operator_leftovers"] is False
 
 
@@ -410,17 +411,17 @@ def gpu_facts(sandbox, layout="package", release=RELEASE):
 
 
 def test_plan_host_leaves_a_host_without_a_gpu_alone(sandbox):
-    decided = op.plan_host(facts_of(sandbox), dict(HOST_SETTINGS, root="/tmp/tree"), host="cpu1")
+    decided = op.plan_host(NodeFacts.from_reading(facts_of(sandbox)), dict(HOST_SETTINGS, root="/tmp/tree"), host="cpu1")
     assert (decided["selected"], decided["live"], decided["mode"]) == (False, False, {})
     assert decided["result"]["status"] == "skipped" and decided["result"]["reason"].startswith("no NVIDIA GPU")
     assert decided["messages"][0].startswith("cpu1: no NVIDIA GPU on the PCI bus")
-    forced = op.plan_host(facts_of(sandbox), dict(HOST_SETTINGS, force=True))
+    forced = op.plan_host(NodeFacts.from_reading(facts_of(sandbox)), dict(HOST_SETTINGS, force=True))
     assert forced["selected"] is True and forced["result"]["status"] == "configured"
 
 
 def test_plan_host_on_a_gpu_node(sandbox):
-    decided = op.plan_host(gpu_facts(sandbox), dict(HOST_SETTINGS, mode="operator", toolkit_install=True,
-                                                    default_runtime="nvidia"), host="gpu1")
+    decided = op.plan_host(NodeFacts.from_reading(gpu_facts(sandbox)), dict(HOST_SETTINGS, mode="operator", toolkit_install=True,
+                                                                            default_runtime="nvidia"), host="gpu1")
     assert decided["selected"] and decided["live"]
     assert decided["mode"]["remove_host_toolkit"] is True
     assert decided["result"]["mode"] == "operator" and decided["result"]["pending"] == decided["messages"]
@@ -437,9 +438,9 @@ def test_plan_host_on_a_gpu_node(sandbox):
 def test_plan_host_refusals(sandbox, settings, release, message):
     facts = gpu_facts(sandbox, "operator" if message is None else "package", release)
     with pytest.raises(K3sGpuError, match=message or r"gpu1 has the GPU Operator's toolkit"):
-        op.plan_host(facts, dict(HOST_SETTINGS, **settings), host="gpu1")
+        op.plan_host(NodeFacts.from_reading(facts), dict(HOST_SETTINGS, **settings), host="gpu1")
     if settings.get("local_connection"):
         # the role never reboots: nothing to refuse
         never = dict(HOST_SETTINGS, **settings)
         never["driver_reboot"] = "never"
-        assert op.plan_host(facts, never, host="gpu1")["selected"] is True
+        assert op.plan_host(NodeFacts.from_reading(facts), never, host="gpu1")["selected"] is True

@@ -19,11 +19,19 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.tests.containerd_tables import RUNC_SYSTEMD, default_runtime, runtime
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
 
 CONFIG = "/etc/containerd/config.toml"
 V2 = 'plugins."io.containerd.grpc.v1.cri".containerd'
 V3 = "plugins.'io.containerd.cri.v1.runtime'.containerd"
 NVIDIA = ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy")
+
+
+def typed(fields):
+    """A NodeFacts of a reading with these sections and the others empty."""
+    return NodeFacts.from_reading(dict({"distribution": "", "release": "", "root": "/", "profile": {}, "paths": {},
+                                        "runtimes": [], "release_runtimes": [], "driver": {}, "toolkit": {}, "cdi": {},
+                                        "gpu_operator": {}, "units": [], "files": {}}, **fields))
 
 
 def node(sandbox, text, release="2.1.4"):
@@ -42,7 +50,7 @@ def runtimes_of(text, schema):
 
 
 def run(sandbox, text, release="2.1.4", **params):
-    plan, file_changes = changes.compute(node(sandbox, text, release), params)
+    plan, file_changes = changes.compute(NodeFacts.from_reading(node(sandbox, text, release)), params)
     return plan, file_changes
 
 
@@ -215,7 +223,7 @@ def test_cgroup_driver_mismatch_is_a_warning_and_a_result(sandbox, driver, syste
     sandbox.write(KUBELET, KUBEADM_KUBELET % driver)
     text = RUNC_V3 % {"t": V3, "systemd": systemd}
     plan, file_changes = run(sandbox, text)
-    fields = changes.result_fields(node(sandbox, text), plan)
+    fields = changes.result_fields(NodeFacts.from_reading(node(sandbox, text)), plan)
     warnings = [w for w in plan.get("warnings") or [] if "[cgroup_driver_mismatch]" in w]
     if not mismatch:
         assert fields["cgroup_driver_mismatch"] is None and warnings == []
@@ -252,18 +260,18 @@ def test_k3s_kubelet_dropins_count_on_the_host_containerd(sandbox):
     sandbox.write("/var/lib/rancher/k3s/agent/etc/kubelet.conf.d/50-site.conf", "cgroupDriver: systemd\n")
     sandbox.write(CONFIG, RUNC_V3 % {"t": V3, "systemd": "false"})
     facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
-    plan, _file_changes = changes.compute(facts, {})
+    plan, _file_changes = changes.compute(NodeFacts.from_reading(facts), {})
     assert plan["cgroup_driver_mismatch"]["kubelet_config"] == "/var/lib/rancher/k3s/agent/etc/kubelet.conf.d/50-site.conf"
 
 
 def test_node_containerd_validates_on_a_real_root_only():
     facts = {"distribution": "containerd", "root": "/", "containerd_binary": "/usr/bin/containerd"}
-    assert changes.node_validate(facts, {}) == "/usr/bin/containerd --config %s config dump"
-    assert changes.node_validate(facts, {"validate": "/opt/check %s"}) == "/opt/check %s"
-    assert changes.node_validate(facts, {"validate": ""}) is None
-    assert changes.node_validate(dict(facts, root="/srv/image"), {}) is None  # a sandbox tree: no binary of its own runs
-    assert changes.node_validate(dict(facts, containerd_binary=None), {}) is None
-    assert changes.node_validate(dict(facts, distribution="k3s"), {}) is None  # k3s renders and loads its own config
+    assert changes.node_validate(typed(facts), {}) == "/usr/bin/containerd --config %s config dump"
+    assert changes.node_validate(typed(facts), {"validate": "/opt/check %s"}) == "/opt/check %s"
+    assert changes.node_validate(typed(facts), {"validate": ""}) is None
+    assert changes.node_validate(typed(dict(facts, root="/srv/image")), {}) is None  # a sandbox tree: no binary of its own runs
+    assert changes.node_validate(typed(dict(facts, containerd_binary=None)), {}) is None
+    assert changes.node_validate(typed(dict(facts, distribution="k3s")), {}) is None  # k3s renders and loads its own config
 
 
 def test_gather_names_the_node_containerd_binary(sandbox):

@@ -20,6 +20,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
 
 RELEASE = "v1.32.2+k3s1"  # containerd 2.0, no drop-ins: the user's template is edited in place
 TEMPLATE = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
@@ -37,7 +38,7 @@ def compute(sandbox, state="present", distribution="k3s", release=RELEASE, runti
     facts = detect.gather(sandbox.root, distribution, release, binaries=binaries)
     params = {"state": state, "handler_labels": True if distribution != "containerd" else None, "_own_files": True,
               "runtimes": runtimes}
-    return changes.compute(facts, params)
+    return changes.compute(NodeFacts.from_reading(facts), params)
 
 
 def by_path(file_changes):

@@ -18,6 +18,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gotemplate as gotemplate
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as check
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
@@ -104,7 +105,7 @@ def test_upgrade_findings_never_refuse_the_current_run(sandbox):
     report = check.check(text, V3, node, 3, target_profile=distro.profile("k3s", "v1.34.3+k3s1"))
     assert report.refusals == [] and report.outcome == "warn"
     assert [(f.code, f.when, f.severity) for f in report.upgrade] == [("removed_field", "upgrade", "warn")]
-    plan, _changes = changes.compute(node, {"target_release": "v1.34.3+k3s1"})
+    plan, _changes = changes.compute(NodeFacts.from_reading(node), {"target_release": "v1.34.3+k3s1"})
     assert [f["code"] for f in plan["upgrade_findings"]] == ["removed_field"]
 
 
@@ -112,14 +113,14 @@ def test_a_drop_in_release_checks_the_template_it_does_not_edit(sandbox):
     node = facts(sandbox, template='{{ template "base" . }}\n' + RUNC, layout="legacy_only")
     before = sandbox.snapshot()
     with pytest.raises(K3sGpuError, match=r"line 2: .*runtimes.runc\] is already emitted .*\[duplicate_table\]"):
-        changes.compute(node, {})
+        changes.compute(NodeFacts.from_reading(node), {})
     assert sandbox.snapshot() == before
 
 
 def test_a_drop_in_release_with_a_broken_template_writes_no_drop_in(sandbox):
     node = facts(sandbox, template='{{ template "base" . }}\n[plugins\n', layout="legacy_only")
     with pytest.raises(K3sGpuError, match=r"not valid TOML.*\[toml_invalid\].*Nothing was written"):
-        changes.compute(node, {})
+        changes.compute(NodeFacts.from_reading(node), {})
 
 
 def test_the_module_refuses_before_the_install_what_the_install_breaks(sandbox):
@@ -127,18 +128,18 @@ def test_the_module_refuses_before_the_install_what_the_install_breaks(sandbox):
                  '  runtime_type = "io.containerd.runc.v2"\n'
     node = facts(sandbox, template=own_nvidia)  # no toolkit yet: k3s detects nothing
     with pytest.raises(K3sGpuError, match=r"\[after_install_duplicate\]. Fix: k3s renders runtime nvidia itself"):
-        changes.compute(node, {})
+        changes.compute(NodeFacts.from_reading(node), {})
 
 
 def test_our_own_block_is_no_after_install_duplicate(sandbox):
     # a toolkit outside every searched dir: the module writes nvidia itself on a template release
     sandbox.k3s("k3s", "custom_off_path")
     node = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", toolkit_dirs=["/opt/nvidia/bin"])
-    plan, file_changes = changes.compute(node, {})
+    plan, file_changes = changes.compute(NodeFacts.from_reading(node), {})
     assert "nvidia" in [r["name"] for r in plan["write"]] and plan["template_outcome"] == "edit"
     sandbox.write(file_changes[0]["node_path"], file_changes[0]["after"])
     node = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", toolkit_dirs=["/opt/nvidia/bin"])
-    assert changes.compute(node, {})[1] == []
+    assert changes.compute(NodeFacts.from_reading(node), {})[1] == []
 
 
 def test_a_users_own_keys_in_a_table_k3s_now_renders_are_not_dropped(sandbox):
@@ -146,15 +147,15 @@ def test_a_users_own_keys_in_a_table_k3s_now_renders_are_not_dropped(sandbox):
            '  runtime_type = "io.containerd.runc.v2"\n  privileged_without_host_devices = true\n'
     node = facts(sandbox, "v1.31.6+k3s1", text, layout="package")
     with pytest.raises(K3sGpuError, match="line 2: .*runtimes.nvidia.* is already emitted"):
-        changes.compute(node, {})
+        changes.compute(NodeFacts.from_reading(node), {})
 
 
 def test_normalize_encoding_is_an_explicit_opt_in(sandbox):
     text = '\ufeff{{ template "base" . }}\r\n# site\r\n'
     node = facts(sandbox, "v1.31.6+k3s1", text, layout="legacy_only")
     with pytest.raises(K3sGpuError, match=r"byte order mark.*\[encoding_bom\].*CR line endings.*\[encoding_crlf\]"):
-        changes.compute(node, {})
-    plan, file_changes = changes.compute(node, {"normalize_encoding": True})
+        changes.compute(NodeFacts.from_reading(node), {})
+    plan, file_changes = changes.compute(NodeFacts.from_reading(node), {"normalize_encoding": True})
     after = file_changes[0]["after"]
     assert not after.startswith("\ufeff") and "\r" not in after and "# site\n" in after
     assert any("normalized the encoding" in note for note in plan["notes"])
@@ -169,7 +170,6 @@ def test_every_code_is_in_the_outcome_table_with_its_outcome():
 
 
 def test_the_role_refuses_before_installing_the_toolkit(sandbox):
-    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
     from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
     from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
     settings = {"force": True, "root": "/", "mode": "host", "operator_toolkit": True, "operator_driver": "auto",

@@ -16,6 +16,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as check
 from ansible_collections.k3s_gpu.nvidia.tests.corpus import corpus
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
 
 CASES = corpus.load_cases()
 BINARIES = dict(distro.NVIDIA_RUNTIMES)
@@ -62,11 +63,11 @@ def test_corpus_refusals_leave_the_node_as_it_was(sandbox, case):
     params = {"target_release": case["target_release"]}
     if case["expect"]["outcome"] == "refuse":
         with pytest.raises(K3sGpuError) as info:
-            changes.compute(facts, params)
+            changes.compute(NodeFacts.from_reading(facts), params)
         message = str(info.value)
         assert "othing was written" in message, message
         # the module's message names a code of the case (the UTF-16 case's runtime_info reading is not_utf8 only)
         assert any("[%s]" % code in message for code in case["expect"]["codes"]), message
     else:
-        changes.compute(facts, params)
+        changes.compute(NodeFacts.from_reading(facts), params)
     assert sandbox.snapshot() == before

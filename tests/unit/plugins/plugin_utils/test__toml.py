@@ -19,6 +19,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as d
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
 
 LEGACY = "/usr/bin/nvidia-container-runtime.legacy"
 TEMPLATE_V3 = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
@@ -49,7 +50,7 @@ def facts_for(sandbox, release="v1.31.6+k3s1", layout="package", distribution="k
 
 
 def compute(facts, **params):
-    return changes.compute(facts, params)
+    return changes.compute(NodeFacts.from_reading(facts), params)
 
 
 def changed_lines(before, after):
@@ -332,7 +333,7 @@ def test_our_block_for_a_runtime_that_went_away_is_removed(sandbox):
     plan, file_changes = compute(detect.gather(sandbox.root, "k3s", "v1.28.15+k3s1"))
     assert plan["removed_stale"] == ["nvidia-legacy"]
     assert [(c["node_path"], c["after"]) for c in file_changes] == [(template["node_path"], None)]
-    assert changes.result_fields(detect.gather(sandbox.root, "k3s", "v1.28.15+k3s1"), plan)["runtimes_removed"] == ["nvidia-legacy"]
+    assert changes.result_fields(NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", "v1.28.15+k3s1")), plan)["runtimes_removed"] == ["nvidia-legacy"]
 
 
 def test_a_user_template_keeps_its_own_nvidia_block(sandbox):
