@@ -126,19 +126,24 @@ class ActionModule(SpecAction):
     def _apply(self, result, args, task_vars):
         decided, server, cluster = self._decide(args["cluster"], list(args["objects"]), task_vars)
         writer = cluster["writer"]
-        result.update(decided, changed=False)
         if decided["files"]:
             written = self._execute_module(module_name="k3s_gpu.nvidia.node_files",
                                            module_args={"files": decided["files"]}, task_vars=task_vars)
             if written.get("failed"):
-                result.update(failed=True, msg="cluster %s: writing on %s failed: %s" % (
-                    cluster["name"], writer, written.get("msg")))
+                # what the user acts on: the message and the files written before the failure, not the decision
+                result.update(failed=True, changed=bool(written.get("changed")), cluster=cluster["name"], writer=writer,
+                              complete=cluster["complete"], msg="cluster %s: writing on %s failed: %s" % (
+                                  cluster["name"], writer, written.get("msg")),
+                              files=[f for f in written.get("files") or [] if f.get("action") != "unchanged"])
                 return result
+            result.update(decided)
             result["changed"] = bool(written.get("changed"))
             if "diff" in written:
                 result["diff"] = written["diff"]
             # what happened to each file (created, updated, removed), or would happen in check mode
             result["files"] = [f for f in written.get("files") or [] if f.get("action") != "unchanged"]
+        else:
+            result.update(decided, changed=False)
         result["msg"] = self._lines(cluster, server, decided)
         return result
 

@@ -179,6 +179,20 @@ def test_a_cluster_whose_manifests_are_as_they_would_be_written_gets_no_writer(s
     assert cluster_plan(read_node())["clusters"][0]["leader"] == "gpu1"
 
 
+def test_a_cluster_write_that_fails_reports_the_message_not_the_decision(sandbox):
+    sandbox.k3s("k3s", "package")
+    sandbox.write("/var/lib/rancher/k3s/server", "not a directory\n")  # the manifests directory cannot be made
+    hostvars = {"gpu1": {"gpu_node_root": sandbox.root, "gpu_node_release": RELEASE, "gpu_node_result": host_step(sandbox)}}
+    cluster = cluster_plan(hostvars, skip_unchanged=False)["clusters"][0]
+    result = make(gpu_cluster, {"cluster": cluster}).run(task_vars={"hostvars": hostvars})
+    assert result["failed"] and result["msg"].startswith("cluster default: writing on gpu1 failed: "), result
+    assert result["changed"] is False and result["files"] == [] and result["cluster"] == "default"
+    assert not set(result) & {"gpu_operator", "runtimeclasses", "device_plugin", "nodes"}, sorted(result)
+    assert "content" not in json.dumps(result)
+    row = summary.cluster_row(result)
+    assert row["status"] == "failed" and row["cluster"] == "default" and "writing on gpu1 failed" in row["reason"]
+
+
 @pytest.mark.parametrize("entry, seen, unchanged", [
     ({"state": "absent"}, {"state": "absent"}, True),
     ({"state": "absent"}, {"state": "file", "mode": "0600", "sha256": "x"}, False),
