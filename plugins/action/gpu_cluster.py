@@ -31,6 +31,7 @@ class ActionModule(SpecAction):
 
     def run_validated(self, result, args, task_vars):
         self._hostvars = task_vars["hostvars"]
+        self._host_vars = {}
         phase = args["phase"]
         try:
             if phase == "plan":
@@ -48,7 +49,10 @@ class ActionModule(SpecAction):
                 self._remove_tmp_path(self._connection._shell.tmpdir)
 
     def _vars(self, host):
-        return self._hostvars[host] if host in self._hostvars else {}
+        # each hostvars[host] computes the host's variables anew: once per host and task
+        if host not in self._host_vars:
+            self._host_vars[host] = self._hostvars[host] if host in self._hostvars else {}
+        return self._host_vars[host]
 
     def _registered(self, host):
         """What tasks registered on the host in this run (gpu_node_result, the runtimeclasses playbook's reading)."""

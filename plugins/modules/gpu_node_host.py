@@ -71,9 +71,9 @@ node:
   type: dict
 settings:
   description:
-    - The role variables the role's task files read, as the host step resolved them (the user's value, else the
-      default of the role's argument spec), keyed without the C(gpu_node_) prefix - C(root), C(cdi_spec_path),
-      C(proxy_env), C(driver_reboot_timeout_seconds).
+    - The role variables the role's task files and the playbooks' cluster step read, as the host step resolved them
+      (the user's value, else the default of the role's argument spec), keyed without the C(gpu_node_) prefix - C(root),
+      C(cdi_spec_path), C(proxy_env), C(driver_reboot_timeout_seconds), C(mode), C(driver_install).
   returned: success
   type: dict
 install_due:

@@ -137,7 +137,8 @@ def node_reports(hosts, host_vars, read_node_vars):
     """What each host of a cluster tells: ([{host, handlers, gpu_operator, mode, driver_install}], complete).
 
     host_vars(host): what tasks registered on the host (gpu_node_result from the role in this run, or the runtimeclasses playbook's
-    reading); read_node_vars(host): its gpu_node_mode and gpu_node_driver_install, converted. A host whose role step
+    reading); read_node_vars(host): its gpu_node_mode and gpu_node_driver_install, converted (where its gpu_node_result
+    does not have them in its settings). A host whose role step
     failed, or that has no reading at all (unreachable), makes the picture incomplete; a host the role left alone (no
     GPU) is not a GPU node. A host with neither (the gpu_operator playbook on its own) counts with its mode only."""
     nodes = []
@@ -173,7 +174,12 @@ def node_reports(hosts, host_vars, read_node_vars):
             handlers, present, cdi = None, False, {}
         node = {"host": host, "handlers": handlers, "gpu_operator": present, "cdi_enabled": bool(cdi.get("enabled")),
                 "cdi_spec": bool(cdi.get("spec")), "config": (result or {}).get("device_plugin_config") or ""}
-        node.update(read_node_vars(host))
+        # the host step resolved them in this run (gpu_node_result.settings): no need to read the host's variables again
+        known = (result or {}).get("settings")
+        if isinstance(known, dict) and "mode" in known and "driver_install" in known:
+            node.update(mode=known["mode"], driver_install=known["driver_install"])
+        else:
+            node.update(read_node_vars(host))
         nodes.append(node)
     return nodes, complete
 

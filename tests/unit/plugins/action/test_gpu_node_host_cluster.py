@@ -69,7 +69,8 @@ def test_a_node_is_configured_once_then_left_as_it_is(sandbox):
 def test_the_result_holds_the_settings_the_role_tasks_read(sandbox):
     # the role's task files read gpu_node__settings (gpu_node_result.settings): the user's values, else the spec's defaults
     sandbox.k3s("k3s", "package")
-    expected = {"root": sandbox.root, "cdi_spec_path": "/etc/cdi/nvidia.yaml", "proxy_env": {}, "driver_reboot_timeout_seconds": 900}
+    expected = {"root": sandbox.root, "cdi_spec_path": "/etc/cdi/nvidia.yaml", "proxy_env": {}, "driver_reboot_timeout_seconds": 900,
+                "mode": "host", "driver_install": False}
     first = host_step(sandbox, gpu_node_cdi_spec_path="/etc/cdi/nvidia.yaml")
     assert not first.get("failed"), first.get("msg")
     assert first["settings"] == expected
@@ -168,6 +169,9 @@ def test_a_cluster_whose_manifests_are_as_they_would_be_written_gets_no_writer(s
     assert entry["leader"] is None and not again["hosts"]["gpu1"]["writes"]
     assert entry["result"]["changed"] is False and entry["result"]["files"] == []
     assert entry["result"]["msg"] == written["msg"] and entry["result"]["device_plugin"] == written["device_plugin"]
+    # the node's mode came from its host step's settings: the cluster step read no variable of the host for it
+    nodes, _complete = cluster_step.node_reports(["gpu1"], hostvars.get, lambda host: pytest.fail("read %s's variables" % host))
+    assert (nodes[0]["mode"], nodes[0]["driver_install"]) == ("host", False)
     assert again["msg"] == ["cluster default: unchanged on gpu1"] and sandbox.snapshot() == snapshot
     # the summary takes the plan's decision for it: the same row as a write that changed nothing
     rows = summary.summarize([], clusters=[entry["result"]])["clusters"]
