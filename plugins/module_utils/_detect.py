@@ -791,8 +791,8 @@ def operator_facts(fs, runtimes):
 
 # --- files the plan reads -----------------------------------------------------------------------
 
-def file_facts(fs, path, include_content):
-    """Type, mode and (optionally) text of one node file; never follows the final symlink."""
+def file_facts(fs, path, include_content, digest=False):
+    """Type, mode and (optionally) text or SHA-256 of one node file; never follows the final symlink."""
     lst = fs.lstat(path)
     if lst is None:
         return {"path": path, "state": "absent", "parent_exists": fs.is_dir(posixpath.dirname(path))}
@@ -811,6 +811,8 @@ def file_facts(fs, path, include_content):
     if data is None:
         facts["error"] = "unreadable"
         return facts
+    if digest:
+        facts["sha256"] = hashlib.sha256(data).hexdigest()
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -821,21 +823,6 @@ def file_facts(fs, path, include_content):
     if include_content:
         facts["content"] = text
     return facts
-
-
-def manifest_facts(fs, path):
-    """State, mode and SHA-256 of one of the collection's manifests on a server (no text: the cluster step compares what
-    it would write against the digest, and writes only what differs)."""
-    lst = fs.lstat(path)
-    if lst is None:
-        return {"path": path, "state": "absent"}
-    if not stat.S_ISREG(lst.st_mode):
-        return {"path": path, "state": "link" if stat.S_ISLNK(lst.st_mode) else "other"}
-    data = fs.read_bytes(path) if lst.st_size <= MAX_CONFIG_BYTES else None
-    found = {"path": path, "state": "file", "mode": "%04o" % stat.S_IMODE(lst.st_mode)}
-    if data is not None:
-        found["sha256"] = hashlib.sha256(data).hexdigest()
-    return found
 
 
 def original_facts(fs, paths, keys):
@@ -975,7 +962,8 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
                                           newer_release)
         facts["runtime_in_use"] = in_use
         _k3s_runtime_facts(fs, facts, service, exec_line)
-        facts["manifests"] = dict((name, manifest_facts(fs, "%s/%s" % (paths["manifests_dir"], name)))
+        # the cluster step compares what it would write against their digests, and writes only what differs
+        facts["manifests"] = dict((name, file_facts(fs, "%s/%s" % (paths["manifests_dir"], name), False, digest=True))
                                   for name in distro.COLLECTION_MANIFESTS)
     if path:
         facts["files"]["override"] = file_facts(fs, path, True)

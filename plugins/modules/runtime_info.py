@@ -368,8 +368,8 @@ other_dropins:
 manifests:
   description:
     - The manifests this collection writes into a k3s/rke2 server's manifests directory (the GPU Operator and device plugin
-      HelmCharts, the RuntimeClasses), by file name - C(path), C(state) (V(file), V(absent), V(link), V(other)) and, for a
-      file, C(mode) and C(sha256) of its bytes (never its text). On an agent every one is V(absent); empty for plain containerd.
+      HelmCharts, the RuntimeClasses), by file name, as RV(files) entries without text and with C(sha256), the SHA-256 of
+      a file's bytes. On an agent every one is V(absent); empty for plain containerd.
     - The fleet run (k3s_gpu.nvidia.site) compares them with what it would write, so that an unchanged cluster costs no
       module execution.
   returned: success
