@@ -331,6 +331,29 @@ def test_cdi_spec_current_for_the_loaded_driver(sandbox):
     assert detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")["cdi"]["specs"][0]["current"] is False
 
 
+def test_cdi_spec_in_nvidia_ctk_layout_seen_on_a_real_gpu(sandbox):
+    """The layout nvidia-ctk 1.20 wrote on an H200 with driver 580.159.04 (tests/device/RESULTS.md): lists indented
+    by four, each device with its own containerEdits, one device named by index and one by UUID, the driver's
+    libraries under /usr/local/nvidia/lib64. The UUID name is not a GPU of its own, so the spec is current."""
+    sandbox.k3s("k3s", "package")
+    sandbox.write("/proc/driver/nvidia/version",
+                  "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)  \n")
+    for dev in ("nvidia0", "nvidiactl", "nvidia-uvm"):
+        sandbox.write("/dev/" + dev)
+    uuid = "GPU-be916789-ff51-0579-52ef-4de87879dcc4"
+    device = ('    - name: %s\n      containerEdits:\n        deviceNodes:\n            - path: /dev/nvidia0\n'
+              '              major: 195\n              fileMode: 438\n              permissions: rwm\n')
+    spec = ("---\ncdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n" + device % '"0"' + device % uuid + device % "all"
+            + "containerEdits:\n    mounts:\n        - hostPath: /usr/local/nvidia/lib64/libcuda.so.580.159.04\n"
+            "          containerPath: /usr/local/nvidia/lib64/libcuda.so.580.159.04\n")
+    sandbox.write("/var/run/cdi/nvidia.yaml", spec)
+    facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
+    assert facts["driver"]["version"] == "580.159.04" and facts["driver"]["open_kernel_module"] is True
+    assert facts["cdi"]["specs"][0]["devices"] == ["0", uuid, "all"]
+    assert facts["cdi"]["specs"][0]["current"] is True
+    assert facts["cdi"]["nvidia_devices"] == ["0", uuid, "all"]
+
+
 @pytest.mark.parametrize("asked,present", [("rke2", "k3s"), ("k3s", "rke2")])
 def test_asked_distribution_the_node_contradicts_is_refused(sandbox, asked, present):
     sandbox.k3s(present)
