@@ -38,7 +38,7 @@ PLAN_VARS = ("gpu_node_force", "gpu_node_mode", "gpu_node_operator_toolkit", "gp
              "gpu_node_absent_remove_toolkit", "gpu_node_absent_remove_driver", "gpu_node_dev_char_symlinks",
              "gpu_node_cdi_refresh")
 CONFIGURE_VARS = ("gpu_node_runtimes", "gpu_node_enable_cdi", "gpu_node_handler_labels", "gpu_node_backup",
-                  "gpu_node_target_release")
+                  "gpu_node_target_release", "gpu_node_restart")
 # the upgrade_check playbook: the node as the role reads it, and the release it is about to get
 UPGRADE_CHECK_VARS = READ_VARS + ("gpu_node_runtimes", "gpu_node_target_release")
 # the handler: restart, verify, roll back
@@ -217,6 +217,10 @@ class ActionModule(SpecAction):
             changed = result.get("changed", False)
             host_step.failed(result, "%s: %s" % (self._host, host_step.role_message(runtimes)))
             result["changed"] = changed  # files written before a failed write stay written
+        elif result.get("changed") and not restart.notified(self._task.check_mode, settings["restart"], plan.live):
+            # the role did not notify its handler (gpu_node__restart_notify): say here what it would have said
+            reason = restart.why_not(bool(self._task.check_mode), settings["restart"], plan.live, facts.units)
+            display.display(restart.not_restarted(self._host, facts.units[0] if facts.units else facts.distribution, reason))
         return result
 
     def _doctor(self, result, settings, task_vars, execute_module):
@@ -358,8 +362,7 @@ class ActionModule(SpecAction):
         units = facts.units
         reason = restart.why_not(bool(self._task.check_mode), settings["restart"], state.plan.live, units)
         if reason:
-            display.display("%s: the containerd configuration changed; restart %s to apply it (%s)." % (
-                self._host, units[0] if units else facts.distribution, reason))
+            display.display(restart.not_restarted(self._host, units[0] if units else facts.distribution, reason))
             result["changed"] = False
             return result
         unit = units[0]

@@ -34,6 +34,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import line_key, type_name
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _helmchart as helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
@@ -523,7 +524,7 @@ def plan_host(facts, settings, host=""):
     """
     driver = facts.driver
     selected = bool(settings["force"]) or driver["gpu_count"] > 0 or len(driver["pci_gpus"]) > 0
-    live = settings["root"] in ("/", "")
+    live = role_vars.live(settings["root"])
     who = host or "this host"
     result = {
         "status": "configured" if selected else "skipped",

@@ -205,7 +205,7 @@ def plan_absent(facts, settings, host):
     is not needed to take files back). The packages go only with gpu_node_absent_remove_toolkit /
     gpu_node_absent_remove_driver, on a real root."""
     who = host or "this host"
-    live = settings["root"] in ("/", "")
+    live = role_vars.live(settings["root"])
     remove_toolkit = bool(settings["absent_remove_toolkit"]) and live
     # the GPU Operator's driver container has no host packages to remove
     remove_driver = bool(settings.get("absent_remove_driver")) and live and not facts.gpu_operator.get("driver_container")

@@ -30,6 +30,18 @@ def why_not(check_mode, restart, live, units):
     return ""
 
 
+def notified(check_mode, restart, live):
+    """Whether the role notifies its restart handler at all. The same three conditions are the role's
+    gpu_node__restart_notify (vars/main.yml), which decides before the task runs; where they do not hold, the host
+    step says itself that a restart is needed, and the fleet does not pay a handler task per changed host."""
+    return not check_mode and bool(restart) and bool(live)
+
+
+def not_restarted(host, service, reason):
+    """The line that says a change waits for a restart that the role does not do."""
+    return "%s: the containerd configuration changed; restart %s to apply it (%s)." % (host, service, reason)
+
+
 def unit_state(status):
     return [str((status or {}).get(key, "")) for key in STATE_KEYS]
 

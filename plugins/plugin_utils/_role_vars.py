@@ -53,6 +53,11 @@ TEXT_HINTS = {
 INVENTORY_RELEASES = (("k3s_version", distro.K3S), ("rke2_install_version", distro.RKE2), ("rke2_version", distro.RKE2))
 
 
+def live(root):
+    """Whether gpu_node_root is the node's own / (restarts and package installs happen), not a sandbox tree."""
+    return root in ("/", "")
+
+
 def _argument_spec(options):
     spec = {}
     for name, option in options.items():

@@ -94,6 +94,21 @@ def test_check_mode_writes_nothing_and_says_what_it_would_write(sandbox):
     assert result["changed"] and result["files"] and sandbox.snapshot() == before
 
 
+@pytest.mark.parametrize("check_mode, reason", [(True, "check mode"), (False, "gpu_node_root is a sandbox tree")])
+def test_a_change_no_handler_can_restart_says_so_in_the_host_step(sandbox, check_mode, reason):
+    """The role does not notify its handler on a sandbox tree or in check mode (gpu_node__restart_notify); the host
+    step prints the handler's line instead, once, and only when something changed."""
+    sandbox.k3s("k3s", "package")
+    line = "gpu1: the containerd configuration changed; restart k3s to apply it (%s)." % reason
+    with mock.patch.object(gpu_node_host.display, "display") as shown:
+        first = host_step(sandbox, check_mode=check_mode)
+    assert first["changed"] and [c.args[0] for c in shown.call_args_list].count(line) == 1
+    if not check_mode:
+        with mock.patch.object(gpu_node_host.display, "display") as shown:
+            second = host_step(sandbox)
+        assert second["changed"] is False and line not in [c.args[0] for c in shown.call_args_list]
+
+
 def test_a_refusal_is_one_message_and_no_internal_state(sandbox):
     sandbox.k3s("k3s", "package")
     # a template k3s cannot parse: an {{ end }} without its {{ if }}
