@@ -87,8 +87,8 @@ def _checked_labels(labels):
 
 
 def compute(facts, params):
-    """Plan and file changes for the task, from the node's reading (a _host_state.NodeFacts: the node side's _plan and
-    _template_check take its dict, facts.reading). Raises K3sGpuError; nothing is written then."""
+    """Plan and file changes for the task, from the node's reading (a _host_state.NodeFacts: the node side's planner
+    takes its dict, facts.reading). Raises K3sGpuError; nothing is written then."""
     plan = planner.make_plan(
         facts.reading, runtimes=params.get("runtimes"), state=params.get("state") or "present",
         default_runtime=params.get("default_runtime"), enable_cdi=params.get("enable_cdi"), path=params.get("path"))
@@ -336,7 +336,7 @@ def _release_tables(facts, plan):
     renders = planner.release_renders(facts.reading, target)
     if not renders:
         return {}
-    params = template_check.base_params(facts.reading, facts.profile, list(facts.release_runtimes), None)
+    params = template_check.base_params(facts, facts.profile, list(facts.release_runtimes), None)
     _top, tables = k3s_base.base_tables(facts.profile, target["schema"], params)
     by_path = dict((tuple(path), dict(keys)) for path, keys in tables)
     result = {}
@@ -364,7 +364,7 @@ def _layered_default_runtime(facts, plan, target):
                     "%s: %s [toml_invalid]" % (config["path"], exc),
                     fix="containerd cannot load it either. Fix that line; nothing was written")
     else:
-        params = template_check.base_params(facts.reading, facts.profile, list(facts.release_runtimes),
+        params = template_check.base_params(facts, facts.profile, list(facts.release_runtimes),
                                             _flag_default_runtime(facts, plan))
         layers.append(toml.loads(k3s_base.render_base(facts.profile, schema, params)))
         template = facts.files.get(target.get("template") or "") or {}
@@ -481,7 +481,7 @@ def _template_reader(facts, plan, params):
     schema = distro.schema_of_template(info["path"].rsplit("/", 1)[-1]) if key != "override" else target["schema"]
     edit_in_place = target["mode"] == planner.MODE_TEMPLATE and target["key"] == key
     # a template edited in place is checked whole once, as it will be written (_check_rendered)
-    report = template_check.check(info["content"], info["path"], facts.reading, schema,
+    report = template_check.check(info["content"], info["path"], facts, schema,
                                   default_runtime=_flag_default_runtime(facts, plan),
                                   target_profile=_check_args(facts, params),
                                   normalize=bool(params.get("normalize_encoding")), light=edit_in_place,
@@ -514,8 +514,8 @@ def refusal_before_install(facts):
     if not info or info.get("state") != "file" or info.get("content") is None:
         return None
     schema = distro.schema_of_template(info["path"].rsplit("/", 1)[-1])
-    report = template_check.check(info["content"], info["path"], facts.reading, schema,
-                                  default_runtime=(facts.reading.get("default_runtime") or {}).get("value"))
+    report = template_check.check(info["content"], info["path"], facts, schema,
+                                  default_runtime=facts.default_runtime)
     edited = target["mode"] == planner.MODE_TEMPLATE
     blocking = [f for f in report.refusals
                 if f.when == template_check.AFTER_INSTALL or not edited or f.code in _BEFORE_EDIT]
@@ -529,7 +529,7 @@ def _check_rendered(facts, plan, params, reader, before, after):
     if facts.distribution == distro.CONTAINERD or target["mode"] != planner.MODE_TEMPLATE or after is None:
         return
     schema = target["schema"] if reader is None else reader.schema
-    report = template_check.check(after, target["path"], facts.reading, schema, default_runtime=_flag_default_runtime(facts, plan),
+    report = template_check.check(after, target["path"], facts, schema, default_runtime=_flag_default_runtime(facts, plan),
                                   target_profile=_check_args(facts, params), ours={r["name"] for r in plan["write"]},
                                   cache=params.get("_check_cache"))
     _record(plan, report, replace=True)

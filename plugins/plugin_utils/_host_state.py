@@ -35,8 +35,8 @@ def _refuse(what, key, expected, reading, fix=UNCHANGED, variable=None):
 class NodeFacts:
     """One reading of a node by runtime_info, typed at its top level. `reading` is the whole result as the module
     returned it, for the sections that are not fields here (systemd, loaded_config, other_dropins, binaries, ...) and
-    for the node side's functions (_plan, _template_check), which take the dict. The engine's entry points
-    (_gpu_operator.plan_host, _changes.compute, _configure.run, _doctor.check_node) take a NodeFacts."""
+    for the node side's planner (module_utils/_plan), which takes the dict. The engine (_gpu_operator.plan_host,
+    _changes.compute, _template_check, _configure.run, _doctor.check_node) takes a NodeFacts."""
     distribution: str
     release: str
     root: str
@@ -71,6 +71,16 @@ class NodeFacts:
     @property
     def nvidia_ctk(self):
         return self.toolkit.get("nvidia_ctk")
+
+    @property
+    def systemd_cgroup(self):
+        """Whether the node's runc runs with SystemdCgroup (the release's template data and base emit it)."""
+        return bool(self.reading.get("systemd_cgroup"))
+
+    @property
+    def default_runtime(self):
+        """The default runtime the node's containerd runs with now (None: runc), as runtime_info read it."""
+        return (self.reading.get("default_runtime") or {}).get("value")
 
     @property
     def other_dropins(self):

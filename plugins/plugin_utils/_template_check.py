@@ -258,15 +258,15 @@ def node_data(facts, profile, detected, default_runtime):
     """The template data as far as the controller knows it; the rest is Unknown (typical values)."""
     type_ = data_type(profile)
     data = gotemplate.Struct(type_)
-    paths = facts["paths"]
+    paths = facts.paths
     runtime_type = type_["fields"].get("ExtraRuntimes", {}).get("elem")
     if runtime_type is not None:
         data.values["ExtraRuntimes"] = gotemplate.TypedMap(runtime_type, (
             (r["name"], gotemplate.Struct(runtime_type, {"RuntimeType": r["runtime_type"], "BinaryName": r["binary"]}))
             for r in detected))
     known = {
-        "Program": facts["distribution"],
-        "SystemdCgroup": bool(facts.get("systemd_cgroup")),
+        "Program": facts.distribution,
+        "SystemdCgroup": facts.systemd_cgroup,
         "NodeConfig.DefaultRuntime": default_runtime or "",
         "NodeConfig.Containerd.Template": paths["containerd_dir"],
         "NodeConfig.Containerd.Config": paths["config"],
@@ -293,14 +293,14 @@ def _lookup(type_, parts):
 
 def base_params(facts, profile, detected, default_runtime):
     """The parameters _k3s_base renders with, for this node (paths from its data dir)."""
-    paths = facts["paths"]
+    paths = facts.paths
     data_dir = paths["data_dir"]
     state = "/run/k3s/containerd"
     return {"root": data_dir + "/agent/containerd", "state": state, "address": state + "/containerd.sock",
             "opt": data_dir + "/agent/containerd", "pause_image": release_rules.TEMPLATE_TYPICAL["NodeConfig.AgentConfig.PauseImage"],
             "snapshotter": "overlayfs", "cni_bin_dir": data_dir + "/data/current/bin",
             "cni_conf_dir": data_dir + "/agent/etc/cni/net.d", "registry_dir": paths["containerd_dir"] + "/certs.d",
-            "detected": detected, "systemd_cgroup": bool(facts.get("systemd_cgroup")),
+            "detected": detected, "systemd_cgroup": facts.systemd_cgroup,
             "default_runtime": default_runtime, "containerd_dir": paths["containerd_dir"]}
 
 
@@ -319,7 +319,7 @@ def after_install_runtimes(facts, profile):
     """What k3s detects once the toolkit packages are installed (nvidia-container-toolkit and its
     operator extensions put nvidia-container-runtime and .cdi into /usr/bin): today's detection plus
     those of the two it does not detect yet."""
-    detected = list(facts["release_runtimes"])
+    detected = list(facts.release_runtimes)
     names = set(r["name"] for r in detected)
     for runtime in profile["detected_runtimes"]:
         if runtime["name"] in ("nvidia", "nvidia-cdi") and runtime["name"] not in names:
@@ -335,7 +335,7 @@ def check(text, path, facts, schema, default_runtime=None, after_install=None, t
     once k3s detects the runtime, so they are no after-install duplicate). light: only what needs no
     rendering (encoding, parse, template names), for a text that is about to be edited and checked whole.
     cache: a _check_cache.CheckCache; the verdict of the same question is reused from it."""
-    profile = profile or facts["profile"]
+    profile = profile or facts.profile
     if cache is None:
         return _check(text, path, facts, schema, default_runtime, after_install, target_profile, target_detected,
                       normalize, profile, ours, light)
@@ -346,8 +346,8 @@ def check(text, path, facts, schema, default_runtime=None, after_install=None, t
         profile=[profile["distribution"], profile["release"]],
         target=[target_profile["distribution"], target_profile["release"]] if target_profile else None,
         target_detected=target_detected, normalize=normalize, ours=sorted(ours), light=light,
-        detected=facts["release_runtimes"], distribution=facts["distribution"], paths=facts["paths"],
-        systemd_cgroup=bool(facts.get("systemd_cgroup")))
+        detected=facts.release_runtimes, distribution=facts.distribution, paths=facts.paths,
+        systemd_cgroup=facts.systemd_cgroup)
     cached = cache.get(key)
     if cached is not None:
         return Report.from_dict(cached)
@@ -363,7 +363,7 @@ def _check(text, path, facts, schema, default_runtime, after_install, target_pro
     text, template = _parse_checked(text, report, normalize, profile)
     if template is None or report.refusals or light:
         return report
-    detected_now = list(facts["release_runtimes"])
+    detected_now = list(facts.release_runtimes)
     states = [(NOW, profile, detected_now)]
     after = after_install if after_install is not None else after_install_runtimes(facts, profile)
     added = sorted(set(r["name"] for r in after) - set(r["name"] for r in detected_now))
@@ -455,8 +455,8 @@ def _parse_checked(text, report, normalize, profile):
 def render(text, facts, schema, detected=None, default_runtime=None, profile=None):
     """What k3s renders from text for this node with the typical values (config.toml as text).
     Raises gotemplate.TemplateError where k3s cannot render it."""
-    profile = profile or facts["profile"]
-    detected = facts["release_runtimes"] if detected is None else detected
+    profile = profile or facts.profile
+    detected = facts.release_runtimes if detected is None else detected
     template = gotemplate.parse(text, k3s_funcs(profile))
     template.trees.pop("base", None)
     render_base, _text = _base_external(profile, schema, base_params(facts, profile, detected, default_runtime))

@@ -126,7 +126,7 @@ def test_a_template_without_base_is_edited_into_a_config_containerd_loads(lab_ve
     assert after.startswith(NVIDIA_CTK_V2)
     assert any("[no_base]" in w for w in plan["warnings"])
     # k3s renders this file alone: what containerd loads is the file
-    rendered = check.render(after, facts, 2)
+    rendered = check.render(after, NodeFacts.from_reading(facts), 2)
     _default, runtimes = runtimes_in(dumped("1.7", rendered), 2)
     for name, binary in NVIDIA.items():
         assert runtimes[name]["options"]["BinaryName"] == binary
@@ -138,7 +138,7 @@ def test_the_mirror_with_the_base_include_loads_composed_with_the_base(lab_versi
     node = k3s_node(tmp_path, template)
     facts, plan, _changes = node.converge("k3s", K3S_RELEASE)
     assert not any("[no_base]" in w for w in plan.get("warnings") or [])
-    rendered = check.render(node.read(TEMPLATE_V2), facts, 2)
+    rendered = check.render(node.read(TEMPLATE_V2), NodeFacts.from_reading(facts), 2)
     _default, runtimes = runtimes_in(dumped("1.7", rendered), 2)
     assert set(NVIDIA) | {"mine", "runc"} <= set(runtimes)
 
@@ -156,7 +156,7 @@ def test_the_refused_users_table_is_what_containerd_refuses(lab_versions, tmp_pa
         changes.compute(NodeFacts.from_reading(facts), {"state": "present"})
     assert node.read(TEMPLATE_V2) == template
     # as the file stands, k3s would render a config that containerd refuses: the refusal's cause is true
-    params = check.base_params(facts, facts["profile"], facts["release_runtimes"], None)
+    params = check.base_params(NodeFacts.from_reading(facts), facts["profile"], facts["release_runtimes"], None)
     composed = k3s_base.compose(template.rstrip("\n"), k3s_base.render_base(facts["profile"], 2, params))
     result = lab.config_dump("1.7", composed)
     assert result.rc != 0 and "duplicated tables" in result.stderr, result.stderr[-500:]

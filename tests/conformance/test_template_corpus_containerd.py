@@ -78,7 +78,7 @@ class Node:
         self.facts = detect.gather(self.root, self.distribution, release)
         self.profile = self.facts["profile"]
         text = self.facts["files"]["template_v3" if case["schema"] == 3 else "template_v2"]["content"]
-        composed = check.render(text, self.facts, case["schema"], default_runtime=self.facts["default_runtime"]["value"])
+        composed = check.render(text, NodeFacts.from_reading(self.facts), case["schema"], default_runtime=self.facts["default_runtime"]["value"])
         # the drop-in directories k3s's base imports: here under the node tree
         self.config = composed.replace('"%s/' % paths["containerd_dir"], '"%s%s/' % (self.root, paths["containerd_dir"]))
         self.expected = {r["name"]: r["binary"] for r in self.plan["write"]}

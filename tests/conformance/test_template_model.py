@@ -18,6 +18,7 @@ import pytest
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gotemplate as gotemplate
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as check
 from ansible_collections.k3s_gpu.nvidia.tests.corpus import corpus
 from ansible_collections.k3s_gpu.nvidia.tests.oracle import goracle
@@ -101,8 +102,10 @@ def concrete(type_, value):
 
 
 def facts_for(distribution):
-    return {"distribution": distribution, "paths": distro.distribution_paths(distribution), "systemd_cgroup": True,
-            "release_runtimes": NVIDIA}
+    """The node facts the template data and the base read (paths, program, SystemdCgroup, detected runtimes)."""
+    return NodeFacts(distribution=distribution, release="", root="/", profile={}, paths=distro.distribution_paths(distribution),
+                     runtimes=[], release_runtimes=NVIDIA, driver={}, toolkit={}, cdi={}, gpu_operator={}, units=[], files={},
+                     reading={"systemd_cgroup": True})
 
 
 def model_verdict(text, profile, data, base_text):

@@ -41,7 +41,7 @@ def codes(report, when=None):
 def test_a_branch_that_cannot_be_decided_is_rendered_both_ways(sandbox):
     # IsRunningInUserNS is false on most nodes: the typical rendering is fine, the other way is not
     text = '{{ template "base" . }}\n{{ if .IsRunningInUserNS }}\n' + RUNC + "{{ end }}\n"
-    report = check.check(text, V3, facts(sandbox), 3)
+    report = check.check(text, V3, NodeFacts.from_reading(facts(sandbox)), 3)
     assert codes(report) == ["duplicate_table"] and report.runs >= 2
     finding = report.refusals[0]
     assert finding.line == 3 and "when the condition on line 2 goes the other way" in finding.message
@@ -51,7 +51,7 @@ def test_a_branch_decided_by_what_the_node_detects_is_not_guessed(sandbox):
     # .ExtraRuntimes is known: k3s detects nothing, so the guarded table is rendered and is no duplicate
     text = '{{ template "base" . }}\n{{ if not (index .ExtraRuntimes "nvidia").BinaryName }}\n' \
            "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]\n  runtime_type = \"x\"\n{{ end }}\n"
-    report = check.check(text, V3, facts(sandbox), 3)
+    report = check.check(text, V3, NodeFacts.from_reading(facts(sandbox)), 3)
     assert report.findings == [] and report.runs == 2  # now, and after the install (where the guard is false)
 
 
@@ -72,14 +72,14 @@ def test_explore_runs_every_combination_while_it_fits_and_says_when_not():
 
 def test_the_base_included_twice_names_the_second_include(sandbox):
     text = '{{ template "base" . }}\n# {{ template "base" . }}\n'
-    report = check.check(text, V3, facts(sandbox), 3)
+    report = check.check(text, V3, NodeFacts.from_reading(facts(sandbox)), 3)
     assert codes(report) == ["action_in_comment", "duplicate_table"]
     assert [f.line for f in report.refusals] == [2]
 
 
 def test_a_user_define_named_base_is_replaced_by_the_stock_base(sandbox):
     text = '{{ define "base" }}nothing{{ end }}{{ template "base" . }}\n'
-    assert check.check(text, V3, facts(sandbox), 3).findings == []
+    assert check.check(text, V3, NodeFacts.from_reading(facts(sandbox)), 3).findings == []
 
 
 def test_fields_and_functions_follow_the_release():
@@ -94,15 +94,15 @@ def test_fields_and_functions_follow_the_release():
 
 def test_a_field_gone_from_the_release_is_refused_and_one_it_still_has_is_not(sandbox):
     text = '{{ template "base" . }}\n{{ if .NodeConfig.NoFlannel }}# no flannel{{ end }}\n'
-    assert codes(check.check(text, V3, facts(sandbox, "v1.33.5+k3s1"), 3)) == []
-    report = check.check(text, V3, facts(sandbox, "v1.33.7+k3s1"), 3)
+    assert codes(check.check(text, V3, NodeFacts.from_reading(facts(sandbox, "v1.33.5+k3s1")), 3)) == []
+    report = check.check(text, V3, NodeFacts.from_reading(facts(sandbox, "v1.33.7+k3s1")), 3)
     assert codes(report) == ["missing_field"] and report.refusals[0].line == 2
 
 
 def test_upgrade_findings_never_refuse_the_current_run(sandbox):
     text = '{{ template "base" . }}\n{{ if .NodeConfig.NoFlannel }}# no flannel{{ end }}\n'
     node = facts(sandbox, "v1.33.5+k3s1", text)
-    report = check.check(text, V3, node, 3, target_profile=distro.profile("k3s", "v1.34.3+k3s1"))
+    report = check.check(text, V3, NodeFacts.from_reading(node), 3, target_profile=distro.profile("k3s", "v1.34.3+k3s1"))
     assert report.refusals == [] and report.outcome == "warn"
     assert [(f.code, f.when, f.severity) for f in report.upgrade] == [("removed_field", "upgrade", "warn")]
     plan, _changes = changes.compute(NodeFacts.from_reading(node), {"target_release": "v1.34.3+k3s1"})

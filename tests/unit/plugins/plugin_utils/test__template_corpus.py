@@ -43,7 +43,7 @@ def report_of(sandbox, case):
     facts = detect.gather(sandbox.root, distribution, case["release"])
     target = distro.profile(distribution, case["target_release"]) if case["target_release"] else None
     default = facts["default_runtime"]["value"]
-    return facts, check.check_bytes(case["data"], path, facts, case["schema"], default_runtime=default, target_profile=target)
+    return facts, check.check_bytes(case["data"], path, NodeFacts.from_reading(facts), case["schema"], default_runtime=default, target_profile=target)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
