@@ -38,7 +38,7 @@ PLAN_VARS = ("gpu_node_force", "gpu_node_mode", "gpu_node_operator_toolkit", "gp
              "gpu_node_absent_remove_toolkit", "gpu_node_absent_remove_driver", "gpu_node_dev_char_symlinks",
              "gpu_node_cdi_refresh")
 CONFIGURE_VARS = ("gpu_node_runtimes", "gpu_node_enable_cdi", "gpu_node_handler_labels", "gpu_node_backup",
-                  "gpu_node_target_release", "gpu_node_restart")
+                  "gpu_node_target_release")
 # the upgrade_check playbook: the node as the role reads it, and the release it is about to get
 UPGRADE_CHECK_VARS = READ_VARS + ("gpu_node_runtimes", "gpu_node_target_release")
 # the handler: restart, verify, roll back
@@ -139,10 +139,17 @@ class ActionModule(SpecAction):
                                      or devices["cdi_refresh_due"])
         result.update(install_due=due, cdi_due=cdi, **devices)
         if not plan.selected or due:
-            result.update(host_step.node_result(plan, facts, None),
+            result.update(host_step.node_result(plan, facts, None), configure_due=False,
                           node=host_state.HostState(facts, plan, host_step.cdi_marker(settings)).to_result())
             return result
-        return self._configure(result, settings, facts, plan, execute_module)
+        # where k3s/rke2 can restart, a change is written by the role's next task, which notifies the restart handler;
+        # elsewhere (check mode, a sandbox tree, gpu_node_restart false) it is written here and no handler runs
+        restarts = restart.notified(self._task.check_mode, settings["restart"], plan.live)
+        result = self._configure(result, settings, facts, plan, execute_module, write=not restarts)
+        if result.get("changed") and not result.get("failed") and not restarts:
+            reason = restart.why_not(bool(self._task.check_mode), settings["restart"], plan.live, facts.units)
+            display.display(restart.not_restarted(self._host, facts.units[0] if facts.units else facts.distribution, reason))
+        return result
 
     def _release_settings(self, settings, task_vars):
         """settings with the distribution and release the node is read for (the inventory's, when gpu_node_release is
@@ -189,7 +196,8 @@ class ActionModule(SpecAction):
             params["node_labels"] = host_step.device_plugin_labels(settings, self._host)
         return params
 
-    def _configure(self, result, settings, facts, plan, execute_module):
+    def _configure(self, result, settings, facts, plan, execute_module, write=True):
+        """Configure containerd (write=False: only decide; configure_due then says that files are to be written)."""
         absent = settings["state"] == "absent"
         try:
             params = self._configure_params(settings, facts, plan)
@@ -202,7 +210,12 @@ class ActionModule(SpecAction):
         extra, extra_warnings = host_step.cdi_spec_changes(facts, settings) if absent else ([], [])
         result["warnings"].extend(extra_warnings)
         runtimes = configure.run({}, validated.validated_parameters, execute_module, self._task.diff, own_files=True,
-                                 extra_changes=extra)
+                                 extra_changes=extra, write=write)
+        if runtimes.get("write_due") and not runtimes.get("failed"):
+            # nothing written: the configure phase decides again from this reading, writes and reports the files
+            result.update(host_step.node_result(plan, facts, None), install_due=False, configure_due=True, changed=False,
+                          node=host_state.HostState(facts, plan, host_step.cdi_marker(settings)).to_result())
+            return result
         result["warnings"].extend(runtimes.pop("warnings", None) or [])
         for key in ("changed", "failed", "msg", "diff"):
             if key in runtimes:
@@ -212,15 +225,12 @@ class ActionModule(SpecAction):
         result.update(host_step.node_result(plan, facts, runtimes), node=state.to_result())
         # for the cluster step's device plugin: this node's CDI readiness and its named plugin config
         result.update(cdi=host_step.cdi_readiness(facts, plan, settings), device_plugin_config=settings["device_plugin_config"])
-        result.update(reboot_required=reboot, install_due=False, cdi_due=False, dev_char_due=False, cdi_refresh_due=False)
+        result.update(reboot_required=reboot, install_due=False, configure_due=False, cdi_due=False, dev_char_due=False,
+                      cdi_refresh_due=False)
         if runtimes.get("failed"):
             changed = result.get("changed", False)
             host_step.failed(result, "%s: %s" % (self._host, host_step.role_message(runtimes)))
             result["changed"] = changed  # files written before a failed write stay written
-        elif result.get("changed") and not restart.notified(self._task.check_mode, settings["restart"], plan.live):
-            # the role did not notify its handler (gpu_node__restart_notify): say here what it would have said
-            reason = restart.why_not(bool(self._task.check_mode), settings["restart"], plan.live, facts.units)
-            display.display(restart.not_restarted(self._host, facts.units[0] if facts.units else facts.distribution, reason))
         return result
 
     def _doctor(self, result, settings, task_vars, execute_module):

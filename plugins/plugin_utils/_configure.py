@@ -75,11 +75,12 @@ def loaded_runtimes(facts):
     return found
 
 
-def run(result, params, execute_module, want_diff, own_files=False, extra_changes=()):
+def run(result, params, execute_module, want_diff, own_files=False, extra_changes=(), write=True):
     """Fill the task result of containerd_runtimes for params (validated by its argument spec).
 
     own_files (the gpu_node role): keep the bytes of a user's file before the first edit and put them back on state
-    absent (_changes.own_files); extra_changes: more files of the role's, written in the same node_files execution."""
+    absent (_changes.own_files); extra_changes: more files of the role's, written in the same node_files execution.
+    write=False decides only: result["write_due"] says whether node_files would run, and nothing is written."""
     binaries = sorted(set(r["binary"] for r in params["runtimes"] or [] if r.get("binary")))
     reading = changes_engine.given_facts(params, binaries)
     if reading is not None and (reading.get("read_options") or {}).get("newer_release", "refuse") != params["newer_release"]:
@@ -125,7 +126,7 @@ def run(result, params, execute_module, want_diff, own_files=False, extra_change
     if want_diff and changes:
         result["diff"] = [dict(before=c["before"] or "", after=c["after"] or "", before_header=c["path"],
                                after_header=c["path"]) for c in changes]
-    return _write(result, facts, plan, changes, params, execute_module, own_files)
+    return _write(result, facts, plan, changes, params, execute_module, own_files, write)
 
 
 def _typed(reading, source):
@@ -138,11 +139,14 @@ def _typed(reading, source):
     return host_state.NodeFacts.from_reading(reading, "runtime_info's reading of the node", "")
 
 
-def _write(result, facts, plan, changes, params, execute_module, own_files):
+def _write(result, facts, plan, changes, params, execute_module, own_files, write=True):
     """Write the changes on the node (one node_files execution) and note each file's outcome in the result."""
     params["validate"] = changes_engine.node_validate(facts, params)
     entries = [changes_engine.write_entry(change, params) for change in changes]
     entries += changes_engine.attribute_entries(facts, plan, changes, params)
+    if not write:
+        result["write_due"] = bool(entries)
+        return result
     if not entries:
         return result
     written = execute_module("k3s_gpu.nvidia.node_files", dict(files=entries))

@@ -31,9 +31,9 @@ def why_not(check_mode, restart, live, units):
 
 
 def notified(check_mode, restart, live):
-    """Whether the role notifies its restart handler at all. The same three conditions are the role's
-    gpu_node__restart_notify (vars/main.yml), which decides before the task runs; where they do not hold, the host
-    step says itself that a restart is needed, and the fleet does not pay a handler task per changed host."""
+    """Whether a change is written by the role's task that notifies the restart handler. Where not (check mode,
+    gpu_node_restart false, a sandbox tree), the host step writes it and says itself that a restart is needed, and the
+    fleet pays no handler task per changed host."""
     return not check_mode and bool(restart) and bool(live)
 
 

@@ -95,18 +95,37 @@ def test_check_mode_writes_nothing_and_says_what_it_would_write(sandbox):
 
 
 @pytest.mark.parametrize("check_mode, reason", [(True, "check mode"), (False, "gpu_node_root is a sandbox tree")])
-def test_a_change_no_handler_can_restart_says_so_in_the_host_step(sandbox, check_mode, reason):
-    """The role does not notify its handler on a sandbox tree or in check mode (gpu_node__restart_notify); the host
-    step prints the handler's line instead, once, and only when something changed."""
+def test_a_change_no_handler_can_restart_is_written_by_the_host_step_which_says_so(sandbox, check_mode, reason):
+    """Where nothing can restart, the first task writes (or in check mode, would write) and prints the handler's line
+    itself, once, and only when something changed; the role's configure task and its handler do not run."""
     sandbox.k3s("k3s", "package")
     line = "gpu1: the containerd configuration changed; restart k3s to apply it (%s)." % reason
     with mock.patch.object(gpu_node_host.display, "display") as shown:
         first = host_step(sandbox, check_mode=check_mode)
-    assert first["changed"] and [c.args[0] for c in shown.call_args_list].count(line) == 1
+    assert first["changed"] and first["configure_due"] is False
+    assert [c.args[0] for c in shown.call_args_list].count(line) == 1
     if not check_mode:
         with mock.patch.object(gpu_node_host.display, "display") as shown:
             second = host_step(sandbox)
         assert second["changed"] is False and line not in [c.args[0] for c in shown.call_args_list]
+
+
+def test_a_change_that_can_be_restarted_is_written_by_the_configure_task(sandbox):
+    """On a node k3s/rke2 can restart (here: restart.notified made true, the sandbox standing for /), the first task
+    writes nothing and says configure_due; the configure phase then writes from that reading (its task notifies the
+    handler); a second run decides nothing is due."""
+    sandbox.k3s("k3s", "package")
+    before = sandbox.snapshot()
+    with mock.patch.object(gpu_node_host.restart, "notified", return_value=True):
+        first = host_step(sandbox)
+        assert not first.get("failed"), first.get("msg")
+        assert first["configure_due"] is True and first["changed"] is False and "diff" not in first
+        assert sandbox.snapshot() == before
+        configured = host_step(sandbox, {"phase": "configure", "node": first["node"]})
+        assert not configured.get("failed"), configured.get("msg")
+        assert configured["changed"] and configured["configure_due"] is False and sandbox.snapshot() != before
+        again = host_step(sandbox)
+    assert again["changed"] is False and again["configure_due"] is False
 
 
 def test_a_refusal_is_one_message_and_no_internal_state(sandbox):
