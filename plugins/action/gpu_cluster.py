@@ -82,16 +82,17 @@ class ActionModule(SpecAction):
         this run (the role's host step read its manifests' digests): the decision goes into the entry as `result`,
         the one the cluster step would have returned, and no module runs for the cluster. Anything this cannot tell
         (no reading, a partial run that keeps earlier RuntimeClasses, a follow-up, a refusal) is left to the writer."""
-        reading = self._reading_in_run(entry["writer"])
-        if not entry["leader"] or reading is None or not isinstance(reading.get("manifests"), dict):
+        server = self._facts_in_run(entry["writer"])
+        manifests = server.reading.get("manifests") if server is not None else None
+        if not entry["leader"] or not isinstance(manifests, dict):
             return
         try:
-            decided, server, cluster = self._decide(entry, objects, task_vars, reading, read_earlier=False)
+            decided, server, cluster = self._decide(entry, objects, task_vars, server, read_earlier=False)
         except K3sGpuError:
             return  # the writer's task reports it
         if decided is None or decided["follow_up"]:
             return
-        if not cluster_step.unchanged_on_server(decided["files"], server["manifests"]):
+        if not cluster_step.unchanged_on_server(decided["files"], manifests):
             return
         entry["result"] = dict(decided, changed=False, files=[], msg=self._lines(cluster, server, decided))
         entry["leader"] = None
@@ -100,7 +101,9 @@ class ActionModule(SpecAction):
         """This GPU node's reading (runtime_info), with the release the role would plan for (k3s_version, ...)."""
         host = task_vars.get("inventory_hostname", "")
         node_vars = role_vars.read(task_vars, self._templar.template, cluster_step.SERVER_VARS + ("gpu_node_toolkit_dirs",))
-        reading = self._read_server(host, task_vars, node_vars, task_vars)
+        own = self._facts_in_run(host)
+        # the module's result: the reading as runtime_info returned it
+        reading = own.reading if own is not None else self._read_now(host, task_vars, node_vars, task_vars)
         if reading.get("failed"):
             raise K3sGpuError("%s: %s" % (host, host_step.role_message(reading)))
         result.update(reading, changed=False)
@@ -111,13 +114,10 @@ class ActionModule(SpecAction):
         cluster = args["cluster"]
         writer_vars = self._vars(cluster["writer"])
         server_vars = role_vars.read(writer_vars, self._templar.template, cluster_step.SERVER_VARS)
-        server = self._read_server(cluster["writer"], writer_vars, server_vars, task_vars)
-        if server.get("failed"):
-            raise K3sGpuError("cluster %s: reading the server %s failed: %s" % (
-                cluster["name"], cluster["writer"], host_step.role_message(server)))
+        server = self._read_server(cluster, writer_vars, server_vars, task_vars)
         texts = {}
         for name in cluster_step.MANIFESTS:
-            path = "%s%s/%s" % (server_vars["root"].rstrip("/"), server["paths"]["manifests_dir"], name)
+            path = "%s%s/%s" % (server_vars["root"].rstrip("/"), server.paths["manifests_dir"], name)
             read = self._execute_module(module_name="ansible.builtin.slurp", module_args={"src": path}, task_vars=task_vars)
             texts[name] = None if read.get("failed") else base64.b64decode(read["content"]).decode("utf-8", "replace")
         found = verify.inspect_manifests(texts)
@@ -154,12 +154,12 @@ class ActionModule(SpecAction):
     @staticmethod
     def _lines(cluster, server, decided):
         return ["cluster %s (%s %s, written from %s): %s" % (
-            cluster["name"], server["distribution"], server["release"], cluster["writer"], m) for m in decided["messages"]]
+            cluster["name"], server.distribution, server.release, cluster["writer"], m) for m in decided["messages"]]
 
     def _decide(self, cluster, objects, task_vars, server=None, read_earlier=True):
-        """(decided, server reading, cluster) of one cluster: its objects as cluster_step.decide returns them, with
+        """(decided, server, cluster) of one cluster: its objects as cluster_step.decide returns them, with
         follow_up (what Ansible's own modules do after: the air-gapped chart archive, the API method's objects).
-        server: the writer's reading when the caller has it; read_earlier=False: None instead of reading the
+        server: the writer's reading (a NodeFacts) when the caller has it; read_earlier=False: None instead of reading the
         RuntimeClasses a partial run keeps. Raises K3sGpuError."""
         writer = cluster["writer"]
         writer_vars = self._vars(writer)
@@ -175,10 +175,7 @@ class ActionModule(SpecAction):
         nodes, complete = cluster_step.node_reports(cluster["hosts"], self._registered, node_vars)
         cluster = dict(cluster, complete=cluster["complete"] and complete)
         if server is None:
-            server = self._read_server(writer, writer_vars, server_vars, task_vars)
-        if server.get("failed"):
-            raise K3sGpuError("cluster %s: reading the server %s failed: %s" % (
-                cluster["name"], writer, host_step.role_message(server)))
+            server = self._read_server(cluster, writer_vars, server_vars, task_vars)
         earlier = None
         if not cluster["complete"] and cluster_step.RUNTIMECLASSES in objects:
             if not read_earlier:
@@ -192,21 +189,31 @@ class ActionModule(SpecAction):
         decided["follow_up"] = bool(decided["chart_archives"]) or (decided["runtimeclasses"] or {}).get("method") == "api"
         return decided, server, cluster
 
-    def _reading_in_run(self, host):
-        """The host's reading by the role's host step in this run, or None."""
+    def _facts_in_run(self, host):
+        """The host's reading by the role's host step in this run (a NodeFacts), or None."""
         own = self._registered(host).get("gpu_node_result")
         if isinstance(own, dict) and isinstance(own.get("node"), dict):
-            return host_state.HostState.from_result(own["node"], "%s: gpu_node_result.node" % host).facts.reading
+            return host_state.HostState.from_result(own["node"], "%s: gpu_node_result.node" % host).facts
         return None
 
-    def _read_server(self, writer, writer_vars, server_vars, task_vars):
-        """The host's reading from this run (the role's host step read it when it is a GPU node), else one now, for the
-        release the role would plan for."""
-        own = self._reading_in_run(writer)
+    def _read_server(self, cluster, writer_vars, server_vars, task_vars):
+        """The reading of the cluster's writer (a NodeFacts): the role's host step's in this run (when it is a GPU
+        node), else one now. Raises K3sGpuError where reading it fails."""
+        writer = cluster["writer"]
+        own = self._facts_in_run(writer)
         if own is not None:
             return own
+        reading = self._read_now(writer, writer_vars, server_vars, task_vars)
+        if reading.get("failed"):
+            raise K3sGpuError("cluster %s: reading the server %s failed: %s" % (
+                cluster["name"], writer, host_step.role_message(reading)))
+        return host_state.NodeFacts.from_reading(reading, "cluster %s: runtime_info's reading of the server %s" % (
+            cluster["name"], writer), "")
+
+    def _read_now(self, host, host_vars, server_vars, task_vars):
+        """runtime_info's result for the host now (failed included), for the release the role would plan for."""
         distribution, release, _source = role_vars.release_to_read(server_vars["distribution"], server_vars["release"],
-                                                                   writer_vars, self._templar.template)
+                                                                   host_vars, self._templar.template)
 
         def execute_module(name, module_args):
             return self._execute_module(module_name=name, module_args=module_args, task_vars=task_vars)
@@ -216,7 +223,7 @@ class ActionModule(SpecAction):
             toolkit_dirs=server_vars.get("toolkit_dirs") or []))
 
     def _earlier_handlers(self, server, root, task_vars):
-        path = "%s%s/%s" % (root.rstrip("/"), server["paths"]["manifests_dir"], cluster_step.RUNTIMECLASS_MANIFEST)
+        path = "%s%s/%s" % (root.rstrip("/"), server.paths["manifests_dir"], cluster_step.RUNTIMECLASS_MANIFEST)
         read = self._execute_module(module_name="ansible.builtin.slurp", module_args={"src": path}, task_vars=task_vars)
         if read.get("failed") or "content" not in read:
             return []

@@ -131,8 +131,9 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._filter import one_
 
 def runtimeclass_plan(cluster, nodes, node_selector=None, overhead=None, select_by_handler_label=False):
     try:
-        return runtimeclasses.plan_runtimeclasses(cluster, nodes, node_selector=node_selector, overhead=overhead,
-                                                  select_by_handler_label=select_by_handler_label)
+        # a cluster described by its distribution and release (a runtime_info result fits): not a NodeFacts
+        return runtimeclasses.plan_runtimeclasses_described(cluster, nodes, node_selector=node_selector, overhead=overhead,
+                                                            select_by_handler_label=select_by_handler_label)
     except ValueError as exc:
         raise AnsibleFilterError("runtimeclass_plan: %s" % exc) from exc
 

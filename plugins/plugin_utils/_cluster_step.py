@@ -200,16 +200,16 @@ def earlier_handlers(manifest_text):
 def decide(cluster, server, nodes, settings, operator_settings, objects, root="/", earlier=None, plugin_settings=None):
     """The files the writer gets for one cluster and what to report.
 
-    cluster: an entry of clusters(); server: the writer's runtime_info reading; nodes: node_reports()[0];
+    cluster: an entry of clusters(); server: the writer's reading (a _host_state.NodeFacts); nodes: node_reports()[0];
     settings: read_settings(); operator_settings: the role's gpu_node_operator_* read by _role_vars (operator_*), converted;
     objects: which of OBJECTS this run writes; earlier: handlers of the RuntimeClass manifest on the server (read
     only when the run is partial); plugin_settings: the role's device plugin variables (without the gpu_node_ prefix).
     Raises K3sGpuError."""
     complete = cluster["complete"]
-    paths = server["paths"]
+    paths = server.paths
     prefix = root.rstrip("/")
     result = {"cluster": cluster["name"], "writer": cluster["writer"], "complete": complete,
-              "distribution": server["distribution"], "release": server["release"],
+              "distribution": server.distribution, "release": server.release,
               "nodes": [n["host"] for n in nodes], "files": [], "messages": [], "chart_archives": [],
               "gpu_operator": None, "runtimeclasses": None, "device_plugin": None}
     mode_nodes = [{"host": n["host"], "mode": n["mode"], "driver_install": n["driver_install"]} for n in nodes]

@@ -442,8 +442,8 @@ def _check_settings(settings):
     return checked
 
 
-def _cluster_profile(cluster):
-    return release_rules.cluster_profile(cluster, "host mode")
+def _cluster_profile(server):
+    return release_rules.cluster_profile(server, "host mode")
 
 
 def _mirrored(registry, image):
@@ -516,10 +516,10 @@ def chart_values(settings, runtime_class, device_list_strategy, nodes):
     return values
 
 
-def plan_cluster(cluster, settings, nodes, runtimeclasses_available):
+def plan_cluster(server, settings, nodes, runtimeclasses_available):
     """The device-plugin objects of one cluster in host mode.
 
-    cluster: the runtime_info result of the server that writes (distribution, release, paths).
+    server: the reading of the server that writes (a _host_state.NodeFacts: its distribution, profile, paths).
     settings: chart_version, chart_repo, chart_archive (a .tgz file name served from the server's static/charts),
     namespace, runtime_class, device_list_strategy (auto or a chart value), device_discovery_strategy, mig_strategy,
     gfd (bool), image_registry (a mirror registry), sharing ({strategy, replicas, rename_by_default,
@@ -531,7 +531,7 @@ def plan_cluster(cluster, settings, nodes, runtimeclasses_available):
     "runtime_class", "device_list_strategy", "device_list_reason", "node_labels": {host: {label: value}},
     "configs": [config.map names], "chart_archive_path": str|None}.
     """
-    profile = _cluster_profile(cluster)
+    profile = _cluster_profile(server)
     checked = _check_settings(settings)
     checked_nodes = _check_nodes(nodes)
     chart = checked["chart"]
@@ -547,7 +547,7 @@ def plan_cluster(cluster, settings, nodes, runtimeclasses_available):
     chart_object, result["chart_archive_path"] = helmchart.helmchart(
         HELMCHART_NAME, {"name": release_rules.DEVICE_PLUGIN_CHART["name"], "repo": checked["chart_repo"],
                          "version": chart["version"], "archive": checked["chart_archive"]},
-        values, checked["namespace"], cluster["paths"]["static_charts_dir"])
+        values, checked["namespace"], server.paths["static_charts_dir"])
     result.update({
         "objects": [chart_object],
         "values": values, "runtime_class": runtime_class, "device_list_strategy": strategy,

@@ -315,8 +315,8 @@ def _check_nodes(nodes):
     return checked
 
 
-def _cluster_profile(cluster):
-    return release_rules.cluster_profile(cluster, "operator mode")
+def _cluster_profile(server):
+    return release_rules.cluster_profile(server, "operator mode")
 
 
 def _operator_mode(settings, line, profile, check=True):
@@ -461,10 +461,10 @@ _SPEC_OWNED = {
 }
 
 
-def plan_cluster(cluster, settings, nodes):
+def plan_cluster(server, settings, nodes):
     """The GPU Operator objects of one cluster.
 
-    cluster: the runtime_info result of the server that writes (distribution, release, paths).
+    server: the reading of the server that writes (a _host_state.NodeFacts: its distribution, profile, paths).
     settings: chart_version, chart_repo, chart_archive (a .tgz file name served from the server's
     static/charts), namespace, cdi (bool or None = the chart's default), driver (auto | bool),
     toolkit (bool), values (extra chart values), helmchart_spec (extra HelmChart spec fields).
@@ -474,7 +474,7 @@ def plan_cluster(cluster, settings, nodes):
     "values": dict, "operator_mode": cdi|legacy|nri, "runtimeclasses": [names the operator manages],
     "runtimeclasses_created", "runtimeclasses_deleted", "operator_nodes": [hosts], "chart_archive_path": str|None}.
     """
-    profile = _cluster_profile(cluster)
+    profile = _cluster_profile(server)
     checked = _check_settings(settings)
     checked_nodes = _check_nodes(nodes)
     operator_nodes = [node for node in checked_nodes if node["mode"] == MODE_OPERATOR]
@@ -494,11 +494,11 @@ def plan_cluster(cluster, settings, nodes):
     if not operator_nodes:
         return result
     _check_spec(checked["helmchart_spec"], profile)
-    values = _values(checked, _resolve_driver(checked, operator_nodes), cluster["paths"])
+    values = _values(checked, _resolve_driver(checked, operator_nodes), server.paths)
     chart_object, result["chart_archive_path"] = helmchart.helmchart(
         HELMCHART_NAME, {"name": release_rules.GPU_OPERATOR_CHART["name"], "repo": checked["chart_repo"],
                          "version": checked["chart_version"], "archive": checked["chart_archive"]},
-        values, checked["namespace"], cluster["paths"]["static_charts_dir"], extra_spec=checked["helmchart_spec"])
+        values, checked["namespace"], server.paths["static_charts_dir"], extra_spec=checked["helmchart_spec"])
     result["objects"] = [chart_object]
     result["values"] = values
     return result

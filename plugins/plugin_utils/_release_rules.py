@@ -14,8 +14,6 @@ through that file. Sources: docs/release-facts.md, docs/device-plugin.md, docs/t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
@@ -187,16 +185,13 @@ def newer_release_of(reading):
     return policy if policy in distro.NEWER_RELEASE_POLICIES else distro.NEWER_RELEASE_REFUSE
 
 
-def cluster_profile(cluster, deploys):
-    """The release profile of a cluster's server from its runtime_info reading; `deploys` says what needs it (host
-    mode's device plugin, operator mode's GPU Operator: both a k3s/rke2 HelmChart)."""
-    if not isinstance(cluster, Mapping) or cluster.get("distribution") not in (distro.K3S, distro.RKE2):
+def cluster_profile(server, deploys):
+    """The release profile of a cluster's server, from its reading (a _host_state.NodeFacts); `deploys` says what
+    needs it (host mode's device plugin, operator mode's GPU Operator: both a k3s/rke2 HelmChart)."""
+    if server.distribution not in (distro.K3S, distro.RKE2):
         raise K3sGpuError("cluster must be the runtime_info result of a k3s or rke2 server (distribution, release, paths); "
                           "%s deploys a k3s/rke2 HelmChart" % deploys)
-    try:
-        return distro.profile(cluster["distribution"], cluster.get("release"), newer_release_of(cluster))
-    except K3sGpuError as exc:
-        raise exc.within("cluster release") from exc
+    return server.profile
 
 
 def helm_controller_version(profile):

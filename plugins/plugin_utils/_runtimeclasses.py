@@ -196,31 +196,48 @@ def check_overhead(overhead):
     return result
 
 
-def _check_cluster(cluster):
-    if not isinstance(cluster, Mapping):
-        raise K3sGpuError(
-            "cluster must be a dict with distribution (k3s or rke2) and release (e.g. v1.33.10+k3s1) of "
-            "the server that applies the manifests, got %s %r" % (type_name(cluster), cluster))
-    distribution = cluster.get("distribution")
+def _check_distribution(distribution):
     if distribution not in CLUSTER_DISTRIBUTIONS:
         raise K3sGpuError(
             "cluster.distribution must be %s (the distribution of the server whose deploy controller or "
             "chart ships RuntimeClasses), got %r" % (" or ".join(CLUSTER_DISTRIBUTIONS), distribution))
+    return str(distribution)
+
+
+def _check_disabled(disabled, distribution):
+    if not isinstance(disabled, bool):
+        raise K3sGpuError(
+            "cluster.runtimeclasses_disabled must be true or false (true when the servers run with "
+            "disable: [%s]), got %r" % (distro.RUNTIMECLASS_SOURCES[distribution]["disable"], disabled))
+    return disabled
+
+
+def _check_cluster(cluster):
+    """(distribution, profile, runtimeclasses disabled) of a cluster described by a dict (the runtimeclass_plan
+    filter's input)."""
+    if not isinstance(cluster, Mapping):
+        raise K3sGpuError(
+            "cluster must be a dict with distribution (k3s or rke2) and release (e.g. v1.33.10+k3s1) of "
+            "the server that applies the manifests, got %s %r" % (type_name(cluster), cluster))
+    distribution = _check_distribution(cluster.get("distribution"))
     release = cluster.get("release")
     if not isinstance(release, str) or not release.strip():
         raise K3sGpuError(
             "cluster.release must be the server's release string, such as v1.33.10+%s1, got %r" % (
                 "k3s" if distribution == distro.K3S else "rke2r", release))
-    disabled = cluster.get("runtimeclasses_disabled", False)
-    if not isinstance(disabled, bool):
-        raise K3sGpuError(
-            "cluster.runtimeclasses_disabled must be true or false (true when the servers run with "
-            "disable: [%s]), got %r" % (distro.RUNTIMECLASS_SOURCES[distribution]["disable"], disabled))
+    disabled = _check_disabled(cluster.get("runtimeclasses_disabled", False), distribution)
     try:
         profile = distro.profile(distribution, release, release_rules.newer_release_of(cluster))
     except K3sGpuError as exc:
         raise exc.within("cluster.release") from exc
-    return str(distribution), profile, disabled
+    return distribution, profile, disabled
+
+
+def _server_release(server):
+    """(distribution, profile, runtimeclasses disabled) of the server's reading (a _host_state.NodeFacts): runtime_info
+    made its profile with the release and the newer-release policy it read with."""
+    distribution = _check_distribution(server.distribution)
+    return distribution, server.profile, _check_disabled(server.reading.get("runtimeclasses_disabled", False), distribution)
 
 
 def _check_names(where, value, what):
@@ -290,12 +307,11 @@ def handler_label(handler):
     return HANDLER_LABEL_PREFIX + handler
 
 
-def plan_runtimeclasses(cluster, nodes, node_selector=None, overhead=None, select_by_handler_label=False):
+def plan_runtimeclasses(server, nodes, node_selector=None, overhead=None, select_by_handler_label=False):
     """Decide the RuntimeClasses of one cluster.
 
-    cluster: {"distribution": "k3s"|"rke2", "release": "v1.33.10+k3s1"[, "runtimeclasses_disabled":
-    bool]} of the server that applies manifests (other keys are ignored, so a runtime_info result of
-    that server fits). nodes: [{"host": str, "handlers": [str], "operator_runtimeclasses": [str]}].
+    server: the reading of the server that applies manifests (a _host_state.NodeFacts: its distribution, profile and
+    runtimeclasses_disabled). nodes: [{"host": str, "handlers": [str], "operator_runtimeclasses": [str]}].
     node_selector: {label: value} for scheduling.nodeSelector; overhead: {resource: quantity} for
     overhead.podFixed (None or {} for neither). select_by_handler_label: each RuntimeClass also
     selects the nodes labelled with its handler (handler_label(name): "true").
@@ -305,9 +321,21 @@ def plan_runtimeclasses(cluster, nodes, node_selector=None, overhead=None, selec
     handler a node reported), "owners": {NVIDIA handler: who makes its RuntimeClass: the distribution
     (k3s | rke2), gpu-operator, or k3s_gpu.nvidia}}. Raises K3sGpuError (a ValueError) on bad input.
     """
+    return _plan(_server_release, server, nodes, node_selector, overhead, select_by_handler_label)
+
+
+def plan_runtimeclasses_described(cluster, nodes, node_selector=None, overhead=None, select_by_handler_label=False):
+    """plan_runtimeclasses for a cluster described by a dict, as the runtimeclass_plan filter takes it:
+    {"distribution": "k3s"|"rke2", "release": "v1.33.10+k3s1"[, "runtimeclasses_disabled": bool]} of the server that
+    applies manifests (other keys are ignored, so a runtime_info result of that server fits)."""
+    return _plan(_check_cluster, cluster, nodes, node_selector, overhead, select_by_handler_label)
+
+
+def _plan(release_of, cluster, nodes, node_selector, overhead, select_by_handler_label):
+    """plan_runtimeclasses, the cluster's (distribution, profile, disabled) read by release_of(cluster)."""
     if not isinstance(select_by_handler_label, bool):
         raise K3sGpuError("select_by_handler_label is %r" % (select_by_handler_label,), fix="use true or false")
-    distribution, profile, disabled = _check_cluster(cluster)
+    distribution, profile, disabled = release_of(cluster)
     handler_hosts, operator_hosts = _collect_nodes(nodes)
     selector = check_node_selector(node_selector)
     pod_fixed = check_overhead(overhead)

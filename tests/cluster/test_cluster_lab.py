@@ -234,16 +234,17 @@ def test_allocatable_is_the_gpu_count_and_one_more_stays_pending(cluster):
 
 def _chart_objects(cluster, tmp_path, settings):
     """Our device-plugin HelmChart for the lab node, rendered with NVIDIA's chart as helm-controller would."""
-    from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro  # pylint: disable=import-outside-toplevel
     from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as dp  # pylint: disable=import-outside-toplevel
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts  # pylint: disable=import-outside-toplevel
     from ansible_collections.k3s_gpu.nvidia.tests import testbins  # pylint: disable=import-outside-toplevel
+    from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading  # pylint: disable=import-outside-toplevel
     from ansible_collections.k3s_gpu.nvidia.tests.conformance import test_device_plugin_chart as chart_checks  # pylint: disable=import-outside-toplevel
 
     node = {"host": clusterlab.NODE_NAME, "handlers": handlers_of(cluster),
             "cdi_enabled": cluster.strategy == "cdi-cri", "cdi_spec": cluster.strategy == "cdi-cri"}
     release = cluster.state["release"]
-    plan = dp.plan_cluster({"distribution": "k3s", "release": release, "paths": distro.distribution_paths("k3s")},
-                           settings, [node], cluster.state["shipped_runtimeclasses"])
+    plan = dp.plan_cluster(NodeFacts.from_reading(server_reading("k3s", release)), settings, [node],
+                           cluster.state["shipped_runtimeclasses"])
     chart = chart_checks._shared_file(*chart_checks.CHART_ARCHIVE)  # pylint: disable=protected-access
     spec = plan["objects"][0]["spec"]
     values = tmp_path / "values.yaml"
@@ -326,16 +327,17 @@ def test_every_helmchart_the_collection_writes_is_created_with_k3s_crds(cluster,
 
 def _operator_objects(cluster):
     """The GPU Operator HelmCharts the collection writes for the lab's release: from the repository, air-gapped."""
-    from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro  # pylint: disable=import-outside-toplevel
     from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as operator  # pylint: disable=import-outside-toplevel
     from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules  # pylint: disable=import-outside-toplevel
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts  # pylint: disable=import-outside-toplevel
+    from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading  # pylint: disable=import-outside-toplevel
 
-    cluster_info = {"distribution": "k3s", "release": cluster.state["release"], "paths": distro.distribution_paths("k3s")}
+    server = NodeFacts.from_reading(server_reading("k3s", cluster.state["release"]))
     nodes = [{"host": clusterlab.NODE_NAME, "mode": "operator", "driver_install": False}]
     objects = []
     version = release_rules.GPU_OPERATOR_CHART["default_version"]
     for settings in ({}, {"chart_archive": "gpu-operator-%s.tgz" % version}):
-        objects += operator.plan_cluster(cluster_info, settings, nodes)["objects"]
+        objects += operator.plan_cluster(server, settings, nodes)["objects"]
     return objects
 
 

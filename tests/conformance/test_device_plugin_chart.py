@@ -28,10 +28,11 @@ import tarfile
 import pytest
 import yaml
 
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as dp
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.tests import testbins
+from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading
 
 try:
     import kubernetes_validate
@@ -96,9 +97,8 @@ def render(helm_render, chart, plan, tmp_path):
 
 
 def plan_of(settings=None, nodes=(CDI_NODE, PLAIN_NODE), distribution="k3s"):
-    cluster = {"distribution": distribution, "release": RELEASE if distribution == "k3s" else "v1.33.10+rke2r1",
-               "paths": distro.distribution_paths(distribution)}
-    return dp.plan_cluster(cluster, settings or {}, list(nodes), SHIPPED)
+    reading = server_reading(distribution, RELEASE if distribution == "k3s" else "v1.33.10+rke2r1")
+    return dp.plan_cluster(NodeFacts.from_reading(reading), settings or {}, list(nodes), SHIPPED)
 
 
 def term_matches(term, labels):

@@ -25,6 +25,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.modules import node_files, runti
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_step as cluster_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _summary as summary
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.action.action_harness import make_action
 
 RELEASE = "v1.31.6+k3s1"
@@ -300,7 +301,7 @@ def test_a_handler_the_role_wrote_as_a_dropin_before_the_first_start_gets_its_ru
     assert complete and nodes[0]["handlers"] == ["nvidia", "nvidia-cdi", "nvidia-legacy"]
     cluster = {"name": "default", "writer": "gpu1", "hosts": ["gpu1"], "complete": True}
     operator = role_vars.read({}, lambda value: value, cluster_step.OPERATOR_VARS)
-    decided = cluster_step.decide(cluster, reading, nodes, cluster_step.read_settings({}), operator,
+    decided = cluster_step.decide(cluster, NodeFacts.from_reading(reading), nodes, cluster_step.read_settings({}), operator,
                                   (cluster_step.RUNTIMECLASSES,), sandbox.root)
     assert "nvidia-legacy" in decided["runtimeclasses"]["written"]
 

@@ -27,7 +27,7 @@ NODES = [{"host": "gpu1", "handlers": ["nvidia", "nvidia-cdi"]},
 def test_plan_is_the_engine_result():
     kwargs = {"node_selector": {"nvidia.com/gpu.present": "true"}, "overhead": {"cpu": "250m", "memory": "64Mi"}}
     plan = plan_filter(CLUSTER, NODES, **kwargs)
-    assert plan == rc.plan_runtimeclasses(CLUSTER, NODES, **kwargs)
+    assert plan == rc.plan_runtimeclasses_described(CLUSTER, NODES, **kwargs)
     assert [manifest["metadata"]["name"] for manifest in plan["manifests"]] == ["nvidia-cdi", "nvidia-legacy"]
     assert [item["name"] for item in plan["skipped"]] == ["nvidia"]
 

@@ -14,6 +14,8 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_step as step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading
 
 CLUSTERS = {"gpu1": "a", "gpu2": "a", "server1": "a", "gpu3": "b", "server2": "b", "server3": "b"}
 SETTINGS = step.read_settings({})
@@ -24,7 +26,8 @@ MANIFESTS = "/var/lib/rancher/k3s/server/manifests"
 
 
 def server(release="v1.33.10+k3s1"):
-    return {"distribution": "k3s", "release": release, "paths": distro.distribution_paths("k3s")}
+    """runtime_info's reading of the cluster's writer."""
+    return server_reading("k3s", release)
 
 
 def clusters(run, active=None, pattern=None, servers=("server1", "server2", "server3")):
@@ -181,7 +184,7 @@ PLUGIN = {"device_plugin_state": "present", "gpu_sharing": {}, "device_plugin_co
 def decide(nodes, complete=True, objects=(step.GPU_OPERATOR, step.RUNTIMECLASSES), settings=None, operator=None,
            earlier=None, plugin=None):
     cluster = {"name": "a", "writer": "server1", "hosts": [n["host"] for n in nodes], "complete": complete}
-    return step.decide(cluster, server(), nodes, settings or SETTINGS, operator or OPERATOR, objects, "/srv/node", earlier,
+    return step.decide(cluster, NodeFacts.from_reading(server()), nodes, settings or SETTINGS, operator or OPERATOR, objects, "/srv/node", earlier,
                        plugin_settings=plugin)
 
 

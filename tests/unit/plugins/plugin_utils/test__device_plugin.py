@@ -20,6 +20,8 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plug
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils.helmchart_checks import documents, helmchart_schema, valid_helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading
 
 RELEASE = "v1.33.10+k3s1"
 CDI_NODE = {"host": "gpu1", "cdi_enabled": True, "cdi_spec": True, "handlers": ["nvidia", "nvidia-cdi", "runc"]}
@@ -28,11 +30,12 @@ SHIPPED = ("nvidia", "nvidia-experimental", "crun")  # what k3s itself ships (ru
 
 
 def cluster_of(distribution="k3s", release=RELEASE):
-    return {"distribution": distribution, "release": release, "paths": distro.distribution_paths(distribution)}
+    """runtime_info's reading of the cluster's server."""
+    return server_reading(distribution, release)
 
 
 def plan(settings=None, nodes=(CDI_NODE, PLAIN_NODE), runtimeclasses=SHIPPED, release=RELEASE, distribution="k3s"):
-    return dp.plan_cluster(cluster_of(distribution, release), settings or {}, list(nodes), runtimeclasses)
+    return dp.plan_cluster(NodeFacts.from_reading(cluster_of(distribution, release)), settings or {}, list(nodes), runtimeclasses)
 
 
 # --- the known-versions table -----------------------------------------------------------------------
@@ -321,4 +324,4 @@ def test_options():
 
 def test_bad_cluster():
     with pytest.raises(K3sGpuError, match="runtime_info result of a k3s or rke2 server"):
-        dp.plan_cluster({"distribution": "containerd", "release": "2.1.4"}, {}, [CDI_NODE], SHIPPED)
+        dp.plan_cluster(NodeFacts.from_reading(server_reading("containerd", "2.1.4")), {}, [CDI_NODE], SHIPPED)

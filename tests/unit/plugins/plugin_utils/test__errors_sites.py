@@ -19,6 +19,8 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_ste
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as dp
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as op
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading
 
 PLUGINS = pathlib.Path(__file__).resolve().parents[4] / "plugins"
 
@@ -100,8 +102,7 @@ def test_the_cluster_step_names_the_kubeconfig():
 
 
 def test_the_gpu_operator_names_the_mode():
-    cluster = {"distribution": "k3s", "release": "v1.33.10+k3s1", "paths": distro.distribution_paths("k3s", None)}
-    error = _refusal(op.plan_cluster, cluster, {}, [{"host": "gpu1", "mode": "both"}])
+    error = _refusal(op.plan_cluster, NodeFacts.from_reading(server_reading()), {}, [{"host": "gpu1", "mode": "both"}])
     assert error.cause == "nodes[0] (gpu1): gpu_node_mode is 'both'"
     assert (error.fix, error.variable) == ("use host or operator", "gpu_node_mode")
 

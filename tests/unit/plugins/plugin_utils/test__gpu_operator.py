@@ -22,6 +22,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rul
 from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils.helmchart_checks import FIXTURES, documents, helmchart_schema, valid_helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading
 
 RELEASE = "v1.33.10+k3s1"
 
@@ -175,8 +176,8 @@ CHART_VERSIONS = ["v24.9.2", "v25.3.4", "v25.10.1", "v26.3.3"]
 
 
 def cluster_of(distribution="k3s", release="v1.33.10+k3s1", data_dir=None):
-    return {"distribution": distribution, "release": release,
-            "paths": distro.distribution_paths(distribution, data_dir)}
+    """runtime_info's reading of the cluster's server."""
+    return server_reading(distribution, release, data_dir)
 
 
 OPERATOR_NODES = [{"host": "gpu1", "mode": "operator"}, {"host": "gpu2", "mode": "operator", "driver_install": False}]
@@ -191,7 +192,7 @@ def test_helmchart_is_valid_for_the_release_line(distribution, release, controll
     settings = {"values": {"devicePlugin": {"env": [{"name": "DEVICE_LIST_STRATEGY", "value": "volume-mounts"}]}}}
     if release.startswith(("v1.28.", "v1.29.", "v1.30.")):
         settings["cdi"] = False  # containerd 1.7: CDI mode needs containerd 2
-    plan = op.plan_cluster(cluster_of(distribution, release), settings, OPERATOR_NODES)
+    plan = op.plan_cluster(NodeFacts.from_reading(cluster_of(distribution, release)), settings, OPERATOR_NODES)
     assert release_rules.helm_controller_version(distro.profile(distribution, release)) == controller
     text = op.render_manifest(plan)
     chart = valid_helmchart(text, controller, "gpu-operator")
@@ -200,20 +201,20 @@ def test_helmchart_is_valid_for_the_release_line(distribution, release, controll
         "gpu-operator", "https://helm.ngc.nvidia.com/nvidia", "v26.3.3", "gpu-operator", True)
     assert yaml.safe_load(spec["valuesContent"]) == plan["values"]
     # the same plan gives the same bytes
-    assert op.render_manifest(op.plan_cluster(cluster_of(distribution, release), settings, OPERATOR_NODES)) == text
+    assert op.render_manifest(op.plan_cluster(NodeFacts.from_reading(cluster_of(distribution, release)), settings, OPERATOR_NODES)) == text
 
 
 @pytest.mark.parametrize("controller", ["v0.15.15", "v0.16.13"])
 def test_schema_fixtures_catch_a_field_the_release_does_not_know(controller):
     """Negative control: the fixtures reject what the real API server would prune silently."""
-    plan = op.plan_cluster(cluster_of("rke2", "v1.36.3+rke2r1"), {"helmchart_spec": {"takeOwnership": True}}, OPERATOR_NODES)
+    plan = op.plan_cluster(NodeFacts.from_reading(cluster_of("rke2", "v1.36.3+rke2r1")), {"helmchart_spec": {"takeOwnership": True}}, OPERATOR_NODES)
     with pytest.raises(jsonschema.ValidationError, match="takeOwnership"):
         jsonschema.validate(documents(op.render_manifest(plan))[0], helmchart_schema(controller))
 
 
 @pytest.mark.parametrize("chart_version", CHART_VERSIONS)
 def test_values_the_collection_sets_exist_in_the_chart(chart_version):
-    plan = op.plan_cluster(cluster_of("k3s", "v1.33.10+k3s1"), {"chart_version": chart_version}, OPERATOR_NODES)
+    plan = op.plan_cluster(NodeFacts.from_reading(cluster_of("k3s", "v1.33.10+k3s1")), {"chart_version": chart_version}, OPERATOR_NODES)
     keys = chart_keys(chart_version)
     ours = [path for path, _value in op._dotted(plan["values"])]
     assert sorted(ours) == ["cdi", "cdi.enabled", "driver", "driver.enabled", "toolkit", "toolkit.enabled", "toolkit.env"]
@@ -224,7 +225,7 @@ def test_values_the_collection_sets_exist_in_the_chart(chart_version):
 
 
 def test_values_fit_k3s():
-    plan = op.plan_cluster(cluster_of(), {}, OPERATOR_NODES)
+    plan = op.plan_cluster(NodeFacts.from_reading(cluster_of()), {}, OPERATOR_NODES)
     assert plan["values"] == {
         "cdi": {"enabled": True}, "driver": {"enabled": True},
         "toolkit": {"enabled": True, "env": [{"name": "CONTAINERD_SOCKET", "value": "/run/k3s/containerd/containerd.sock"}]}}
@@ -238,31 +239,31 @@ def test_values_fit_k3s():
 def test_chart_defaults_per_line():
     """cdi.enabled follows the chart line's default when not set: off before v25.10, on from it."""
     for version, cdi in (("v24.9.2", False), ("v25.3.4", False), ("v25.10.1", True), ("v26.3.3", True)):
-        plan = op.plan_cluster(cluster_of(), {"chart_version": version}, OPERATOR_NODES)
+        plan = op.plan_cluster(NodeFacts.from_reading(cluster_of()), {"chart_version": version}, OPERATOR_NODES)
         assert plan["values"]["cdi"] == {"enabled": cdi}
         assert plan["operator_mode"] == ("cdi" if cdi else "legacy")
-    legacy = op.plan_cluster(cluster_of(), {"cdi": False}, OPERATOR_NODES)
+    legacy = op.plan_cluster(NodeFacts.from_reading(cluster_of()), {"cdi": False}, OPERATOR_NODES)
     assert (legacy["runtimeclasses_created"], legacy["runtimeclasses_deleted"]) == (["nvidia"], ["nvidia-cdi", "nvidia-legacy"])
 
 
 def test_host_driver_turns_the_operators_off():
     nodes = [{"host": "gpu1", "mode": "operator", "driver_install": True}, {"host": "gpu2", "mode": "operator", "driver_install": True}]
-    assert op.plan_cluster(cluster_of(), {}, nodes)["values"]["driver"] == {"enabled": False}
+    assert op.plan_cluster(NodeFacts.from_reading(cluster_of()), {}, nodes)["values"]["driver"] == {"enabled": False}
     with pytest.raises(K3sGpuError, match=r"driver.enabled is one setting for the whole cluster, but the role "
                        r"installs the host driver on gpu1 and not on gpu2"):
-        op.plan_cluster(cluster_of(), {}, [nodes[0], {"host": "gpu2", "mode": "operator"}])
+        op.plan_cluster(NodeFacts.from_reading(cluster_of()), {}, [nodes[0], {"host": "gpu2", "mode": "operator"}])
     with pytest.raises(K3sGpuError, match=r"gpu_node_operator_driver=true, but the role installs the host driver on gpu1, gpu2"):
-        op.plan_cluster(cluster_of(), {"driver": True}, nodes)
-    assert op.plan_cluster(cluster_of(), {"driver": False}, OPERATOR_NODES)["values"]["driver"] == {"enabled": False}
+        op.plan_cluster(NodeFacts.from_reading(cluster_of()), {"driver": True}, nodes)
+    assert op.plan_cluster(NodeFacts.from_reading(cluster_of()), {"driver": False}, OPERATOR_NODES)["values"]["driver"] == {"enabled": False}
 
 
 def test_host_toolkit_kept_turns_the_operators_off():
-    plan = op.plan_cluster(cluster_of(), {"toolkit": False}, OPERATOR_NODES)
+    plan = op.plan_cluster(NodeFacts.from_reading(cluster_of()), {"toolkit": False}, OPERATOR_NODES)
     assert plan["values"]["toolkit"] == {"enabled": False}
 
 
 def test_air_gapped_chart_from_the_servers_static_charts():
-    plan = op.plan_cluster(cluster_of("rke2", "v1.33.10+rke2r1"), {"chart_archive": "gpu-operator-v26.3.3.tgz"}, OPERATOR_NODES)
+    plan = op.plan_cluster(NodeFacts.from_reading(cluster_of("rke2", "v1.33.10+rke2r1")), {"chart_archive": "gpu-operator-v26.3.3.tgz"}, OPERATOR_NODES)
     spec = plan["objects"][0]["spec"]
     assert spec["chart"] == "https://%{KUBERNETES_API}%/static/charts/gpu-operator-v26.3.3.tgz"
     assert "repo" not in spec and "version" not in spec
@@ -275,7 +276,7 @@ def test_user_values_merge():
                                   {"name": "CONTAINERD_SOCKET", "value": "/run/k3s/containerd/containerd.sock"}],
                           "version": "v1.19.1"},
               "cdi": {"enabled": True}, "validator": {"repository": "registry.local/nvidia"}}
-    plan = op.plan_cluster(cluster_of(), {"values": values}, OPERATOR_NODES)
+    plan = op.plan_cluster(NodeFacts.from_reading(cluster_of()), {"values": values}, OPERATOR_NODES)
     assert plan["values"]["toolkit"] == {"enabled": True, "version": "v1.19.1", "env": [
         {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS", "value": "true"},
         {"name": "CONTAINERD_SOCKET", "value": "/run/k3s/containerd/containerd.sock"}]}
@@ -318,51 +319,50 @@ def test_bad_settings(settings, message):
     settings = dict(settings)
     settings.setdefault("cdi", False)
     with pytest.raises(K3sGpuError, match=message):
-        op.plan_cluster(cluster_of("k3s", "v1.28.15+k3s1"), settings, OPERATOR_NODES)
+        op.plan_cluster(NodeFacts.from_reading(cluster_of("k3s", "v1.28.15+k3s1")), settings, OPERATOR_NODES)
 
 
 def test_cdi_mode_needs_containerd_2():
     with pytest.raises(K3sGpuError, match=r"CDI mode needs containerd 2.0 or newer, and k3s v1.31.5\+k3s1 ships "
                        r"containerd 1.7. Set gpu_node_operator_cdi=false"):
-        op.plan_cluster(cluster_of("k3s", "v1.31.5+k3s1"), {}, OPERATOR_NODES)
-    assert op.plan_cluster(cluster_of("k3s", "v1.31.6+k3s1"), {}, OPERATOR_NODES)["operator_mode"] == "cdi"
+        op.plan_cluster(NodeFacts.from_reading(cluster_of("k3s", "v1.31.5+k3s1")), {}, OPERATOR_NODES)
+    assert op.plan_cluster(NodeFacts.from_reading(cluster_of("k3s", "v1.31.6+k3s1")), {}, OPERATOR_NODES)["operator_mode"] == "cdi"
 
 
 def test_nri_mode():
     nri = {"values": {"cdi": {"nriPluginEnabled": True}}}
-    plan = op.plan_cluster(cluster_of("k3s", "v1.33.5+k3s1"), nri, OPERATOR_NODES)
+    plan = op.plan_cluster(NodeFacts.from_reading(cluster_of("k3s", "v1.33.5+k3s1")), nri, OPERATOR_NODES)
     assert plan["operator_mode"] == "nri"
     assert (plan["runtimeclasses_created"], plan["runtimeclasses_deleted"]) == ([], ["nvidia", "nvidia-cdi", "nvidia-legacy"])
     with pytest.raises(K3sGpuError, match=r"NRI plugin mode needs containerd 2.1 or newer, and k3s v1.33.4\+k3s1 "
                        r"ships containerd 2.0"):
-        op.plan_cluster(cluster_of("k3s", "v1.33.4+k3s1"), nri, OPERATOR_NODES)
+        op.plan_cluster(NodeFacts.from_reading(cluster_of("k3s", "v1.33.4+k3s1")), nri, OPERATOR_NODES)
     with pytest.raises(K3sGpuError, match=r"GPU Operator v25.10.1 has no NRI plugin mode"):
-        op.plan_cluster(cluster_of("k3s", "v1.33.5+k3s1"), dict(nri, chart_version="v25.10.1"), OPERATOR_NODES)
+        op.plan_cluster(NodeFacts.from_reading(cluster_of("k3s", "v1.33.5+k3s1")), dict(nri, chart_version="v25.10.1"), OPERATOR_NODES)
     with pytest.raises(K3sGpuError, match=r"cdi.nriPluginEnabled needs CDI"):
-        op.plan_cluster(cluster_of("k3s", "v1.33.5+k3s1"), dict(nri, cdi=False), OPERATOR_NODES)
+        op.plan_cluster(NodeFacts.from_reading(cluster_of("k3s", "v1.33.5+k3s1")), dict(nri, cdi=False), OPERATOR_NODES)
 
 
 def test_one_mode_per_cluster():
     with pytest.raises(K3sGpuError, match=r"one cluster, two modes: gpu1 in operator mode, gpu3 in host mode"):
-        op.plan_cluster(cluster_of(), {}, [{"host": "gpu1", "mode": "operator"}, {"host": "gpu3", "mode": "host"}])
+        op.plan_cluster(NodeFacts.from_reading(cluster_of()), {}, [{"host": "gpu1", "mode": "operator"}, {"host": "gpu3", "mode": "host"}])
 
 
 def test_host_mode_cluster_is_never_refused_for_operator_settings():
     """The chart's CDI default needs containerd 2, but a cluster without operator-mode nodes wants no operator."""
-    plan = op.plan_cluster(cluster_of("k3s", "v1.28.15+k3s1"), {}, [{"host": "gpu3", "mode": "host"}])
+    plan = op.plan_cluster(NodeFacts.from_reading(cluster_of("k3s", "v1.28.15+k3s1")), {}, [{"host": "gpu3", "mode": "host"}])
     assert plan["wanted"] is False and plan["objects"] == []
 
 
 def test_no_operator_node_wants_no_manifest():
-    plan = op.plan_cluster(cluster_of(), {}, [{"host": "gpu3", "mode": "host"}])
+    plan = op.plan_cluster(NodeFacts.from_reading(cluster_of()), {}, [{"host": "gpu3", "mode": "host"}])
     assert plan["wanted"] is False and plan["objects"] == []
     with pytest.raises(K3sGpuError, match="remove the manifest instead"):
         op.render_manifest(plan)
 
 
 @pytest.mark.parametrize("cluster, nodes, message", [
-    ({"distribution": "containerd", "release": "2.1.4"}, OPERATOR_NODES, r"cluster must be the runtime_info result of a k3s or rke2 server"),
-    (cluster_of("k3s", "v1.27.1+k3s1"), OPERATOR_NODES, r"cluster release: .*1.27"),
+    (cluster_of("containerd", "2.1.4"), OPERATOR_NODES, r"cluster must be the runtime_info result of a k3s or rke2 server"),
     (cluster_of(), "gpu1", r"nodes must be a list"),
     (cluster_of(), [{"host": "gpu1", "mode": "operator", "colour": 1}], r"nodes\[0\] has unknown key\(s\) colour"),
     (cluster_of(), [{"host": "gpu1", "mode": "both"}], r"nodes\[0\] \(gpu1\): gpu_node_mode is 'both'"),
@@ -371,7 +371,7 @@ def test_no_operator_node_wants_no_manifest():
 ])
 def test_bad_cluster_or_nodes(cluster, nodes, message):
     with pytest.raises(K3sGpuError, match=message):
-        op.plan_cluster(cluster, {}, nodes)
+        op.plan_cluster(NodeFacts.from_reading(cluster), {}, nodes)
 
 
 def test_feature_table_matches_every_helmchart_fixture():

@@ -25,6 +25,8 @@ import yaml
 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as rc
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading
 
 try:
     import kubernetes_validate
@@ -88,6 +90,7 @@ OVERHEAD = {"memory": "64Mi", "cpu": "250m"}
 
 
 def cluster(distribution="k3s", release="v1.33.10+k3s1", **extra):
+    """A cluster described by a dict, as the runtimeclass_plan filter takes it (plan_runtimeclasses_described)."""
     result = {"distribution": distribution, "release": release}
     result.update(extra)
     return result
@@ -102,7 +105,7 @@ def names(manifests):
 @pytest.mark.parametrize("case", RELEASES, ids=release_id)
 def test_release_line(case):
     distribution, release, ships = case
-    plan = rc.plan_runtimeclasses(cluster(distribution, release), FLEET)
+    plan = rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading(distribution, release)), FLEET)
     assert sorted(plan) == ["handlers", "manifests", "owners", "shipped", "skipped"]
     assert plan["shipped"] == (ships or [])
     expected = NOT_SHIPPED if ships else ALL_NVIDIA
@@ -125,7 +128,7 @@ def test_release_line(case):
 
 
 def test_manifest_shape():
-    plan = rc.plan_runtimeclasses(cluster(), [{"host": "gpu1", "handlers": ["nvidia-cdi"]}],
+    plan = rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading()), [{"host": "gpu1", "handlers": ["nvidia-cdi"]}],
                                   node_selector=SELECTOR, overhead=OVERHEAD)
     assert plan["manifests"] == [{
         "apiVersion": "node.k8s.io/v1",
@@ -142,22 +145,22 @@ def test_gpu_operator_node_implies_every_class_the_operator_manages():
     """A node with the operator layout in an unknown mode: the operator creates or deletes nvidia, nvidia-cdi and
     nvidia-legacy (by its CDI mode), so none of them is ours; an explicit list overrides."""
     nodes = [{"host": "gpu1", "handlers": ["nvidia", "nvidia-cdi", "nvidia-experimental"], "gpu_operator": True}]
-    plan = rc.plan_runtimeclasses(cluster("rke2", "v1.29.12+rke2r1"), nodes)
+    plan = rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading("rke2", "v1.29.12+rke2r1")), nodes)
     assert names(plan["manifests"]) == ["nvidia-experimental"]
     assert [s["name"] for s in plan["skipped"]] == ["nvidia", "nvidia-cdi"]
     assert "GPU Operator manages it (it creates or deletes" in plan["skipped"][1]["reason"]
     assert plan["owners"] == {"nvidia": "gpu-operator", "nvidia-cdi": "gpu-operator", "nvidia-experimental": "k3s_gpu.nvidia"}
     nodes[0]["operator_runtimeclasses"] = []
-    assert names(rc.plan_runtimeclasses(cluster("rke2", "v1.29.12+rke2r1"), nodes)["manifests"]) == [
+    assert names(rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading("rke2", "v1.29.12+rke2r1")), nodes)["manifests"]) == [
         "nvidia", "nvidia-cdi", "nvidia-experimental"]
     with pytest.raises(K3sGpuError, match=r"nodes\[0\] \(gpu1\).gpu_operator must be true or false"):
-        rc.plan_runtimeclasses(cluster(), [{"host": "gpu1", "handlers": [], "gpu_operator": "yes"}])
+        rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading()), [{"host": "gpu1", "handlers": [], "gpu_operator": "yes"}])
 
 
 def test_select_by_handler_label():
     """Each class selects the nodes the gpu_node role labelled with its own handler, plus the common selector."""
     nodes = [{"host": "gpu1", "handlers": ["nvidia", "nvidia-cdi", "nvidia-legacy"]}]
-    plan = rc.plan_runtimeclasses(cluster(release="v1.28.15+k3s1"), nodes, node_selector={"nvidia.com/gpu.present": "true"},
+    plan = rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading(release="v1.28.15+k3s1")), nodes, node_selector={"nvidia.com/gpu.present": "true"},
                                   select_by_handler_label=True)
     assert {m["metadata"]["name"]: m["scheduling"]["nodeSelector"] for m in plan["manifests"]} == {
         "nvidia-cdi": {"k3s-gpu.nvidia/handler.nvidia-cdi": "true", "nvidia.com/gpu.present": "true"},
@@ -168,23 +171,23 @@ def test_select_by_handler_label():
 
 def test_select_by_handler_label_must_be_a_bool():
     with pytest.raises(K3sGpuError, match="select_by_handler_label is 'yes'; use true or false"):
-        rc.plan_runtimeclasses(cluster(), FLEET, select_by_handler_label="yes")
+        rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading()), FLEET, select_by_handler_label="yes")
 
 
 @pytest.mark.parametrize("node_selector,overhead", [(None, None), ({}, {})], ids=["none", "empty"])
 def test_no_selector_no_overhead(node_selector, overhead):
-    plan = rc.plan_runtimeclasses(cluster(), FLEET, node_selector=node_selector, overhead=overhead)
+    plan = rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading()), FLEET, node_selector=node_selector, overhead=overhead)
     for manifest in plan["manifests"]:
         assert "scheduling" not in manifest and "overhead" not in manifest
 
 
 def test_integer_quantity_becomes_a_string():
-    plan = rc.plan_runtimeclasses(cluster(), FLEET, overhead={"cpu": 1, "hugepages-2Mi": "0", "memory": "1e3"})
+    plan = rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading()), FLEET, overhead={"cpu": 1, "hugepages-2Mi": "0", "memory": "1e3"})
     assert plan["manifests"][0]["overhead"] == {"podFixed": {"cpu": "1", "hugepages-2Mi": "0", "memory": "1e3"}}
 
 
 def test_only_shipped_handlers_need_nothing():
-    plan = rc.plan_runtimeclasses(cluster("rke2", "v1.33.10+rke2r1"), [{"host": "a", "handlers": ["nvidia"]}])
+    plan = rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading("rke2", "v1.33.10+rke2r1")), [{"host": "a", "handlers": ["nvidia"]}])
     assert plan["manifests"] == []
     reason = "rke2 v1.33.10+rke2r1 ships the RuntimeClass nvidia in its rke2-runtimeclasses chart"
     assert plan["skipped"] == [{"name": "nvidia", "reason": reason}]
@@ -193,21 +196,24 @@ def test_only_shipped_handlers_need_nothing():
 @pytest.mark.parametrize("nodes", [[], [{"host": "a", "handlers": []}], [{"host": "a", "handlers": ["runc", "crun"]}]],
                          ids=["no-nodes", "no-handlers", "no-nvidia-handler"])
 def test_empty_fleet(nodes):
-    plan = rc.plan_runtimeclasses(cluster(), nodes)
+    plan = rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading()), nodes)
     assert plan["manifests"] == [] and plan["skipped"] == []
     assert plan["shipped"] == K3S_SHIPS
     assert set(plan["handlers"]) <= {"runc", "crun"}
 
 
 def test_runtimeclasses_disabled_on_the_server():
-    plan = rc.plan_runtimeclasses(cluster(runtimeclasses_disabled=True), FLEET)
+    plan = rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading(runtimeclasses_disabled=True)), FLEET)
     assert plan["shipped"] == [] and plan["skipped"] == []
     assert names(plan["manifests"]) == ALL_NVIDIA
 
 
 def test_other_cluster_keys_are_ignored():
     info = {"distribution": "k3s", "release": "v1.33.10+k3s1", "paths": {}, "profile": {}, "changed": False}
-    assert rc.plan_runtimeclasses(info, FLEET) == rc.plan_runtimeclasses(cluster(), FLEET)
+    assert rc.plan_runtimeclasses_described(info, FLEET) == rc.plan_runtimeclasses_described(cluster(), FLEET)
+    # the filter's cluster and the server's reading make one plan
+    assert rc.plan_runtimeclasses_described(cluster(), FLEET) == rc.plan_runtimeclasses(
+        NodeFacts.from_reading(server_reading()), FLEET)
 
 
 # --- the GPU Operator ----------------------------------------------------------------------------
@@ -215,7 +221,7 @@ def test_other_cluster_keys_are_ignored():
 def test_operator_owned_before_the_rke2_chart():
     nodes = [{"host": "gpu1", "handlers": ["nvidia", "nvidia-cdi"], "operator_runtimeclasses": ["nvidia"]},
              {"host": "gpu2", "handlers": ["nvidia"]}]
-    plan = rc.plan_runtimeclasses(cluster("rke2", "v1.31.4+rke2r1"), nodes)
+    plan = rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading("rke2", "v1.31.4+rke2r1")), nodes)
     assert plan["shipped"] == []
     assert names(plan["manifests"]) == ["nvidia-cdi"]
     reason = "the NVIDIA GPU Operator manages it (it creates or deletes the RuntimeClass nvidia; for gpu1)"
@@ -226,7 +232,7 @@ def test_operator_owned_before_the_rke2_chart():
 def test_operator_owned_and_shipped():
     nodes = [{"host": "gpu2", "handlers": ["nvidia"], "operator_runtimeclasses": ["nvidia"]},
              {"host": "gpu1", "handlers": ["nvidia"], "operator_runtimeclasses": ["nvidia", "nvidia-cdi"]}]
-    plan = rc.plan_runtimeclasses(cluster(), nodes)
+    plan = rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading()), nodes)
     assert plan["manifests"] == []
     assert plan["skipped"] == [{"name": "nvidia", "reason": (
         "k3s v1.33.10+k3s1 ships the RuntimeClass nvidia in its runtimes.yaml manifest (applied by its deploy "
@@ -235,7 +241,7 @@ def test_operator_owned_and_shipped():
 
 
 def test_operator_class_without_the_handler_is_not_reported():
-    plan = rc.plan_runtimeclasses(cluster(), [{"host": "a", "handlers": ["nvidia-cdi"], "operator_runtimeclasses": ["nvidia"]}])
+    plan = rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading()), [{"host": "a", "handlers": ["nvidia-cdi"], "operator_runtimeclasses": ["nvidia"]}])
     assert names(plan["manifests"]) == ["nvidia-cdi"]
     assert plan["skipped"] == []
 
@@ -337,7 +343,7 @@ BAD_INPUT = [
                          ids=[case[0] for case in BAD_INPUT])
 def test_bad_input(cluster_arg, nodes, kwargs, message):
     with pytest.raises(K3sGpuError, match=message) as error:
-        rc.plan_runtimeclasses(cluster_arg, nodes, **kwargs)
+        rc.plan_runtimeclasses_described(cluster_arg, nodes, **kwargs)
     assert isinstance(error.value, ValueError)
 
 
@@ -356,7 +362,7 @@ def test_good_label_keys(key):
 # --- rendering -----------------------------------------------------------------------------------
 
 def test_render_round_trip_and_stable_order():
-    plan = rc.plan_runtimeclasses(cluster("rke2", "v1.31.4+rke2r1"), FLEET, node_selector=SELECTOR, overhead=OVERHEAD)
+    plan = rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading("rke2", "v1.31.4+rke2r1")), FLEET, node_selector=SELECTOR, overhead=OVERHEAD)
     text = rc.render_manifest_yaml(plan["manifests"])
     first_line = ("# Managed by k3s_gpu.nvidia; edits are overwritten. RuntimeClasses for the "
                   "handlers: nvidia, nvidia-cdi, nvidia-experimental, nvidia-legacy")
@@ -370,7 +376,7 @@ def test_render_round_trip_and_stable_order():
 
 
 def test_render_exact_text():
-    plan = rc.plan_runtimeclasses(cluster(), [{"host": "a", "handlers": ["nvidia-cdi"]}], node_selector={"gpu": "true"},
+    plan = rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading()), [{"host": "a", "handlers": ["nvidia-cdi"]}], node_selector={"gpu": "true"},
                                   overhead={"cpu": "250m"})
     assert rc.render_manifest_yaml(plan["manifests"]) == (
         "# Managed by k3s_gpu.nvidia; edits are overwritten. RuntimeClasses for the handlers: nvidia-cdi\n"
@@ -392,7 +398,7 @@ def test_render_exact_text():
 
 def test_render_keeps_yaml_lookalikes_strings():
     selector = {"yes": "true", "on": "null", "n": "0x10", "y": "1e3", "Off": "NULL", "True": "False", "gpu": ""}
-    plan = rc.plan_runtimeclasses(cluster(), GOOD_NODES, node_selector=selector, overhead={"cpu": "1e3"})
+    plan = rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading()), GOOD_NODES, node_selector=selector, overhead={"cpu": "1e3"})
     loaded = list(yaml.safe_load_all(rc.render_manifest_yaml(plan["manifests"])))
     assert loaded[0]["scheduling"]["nodeSelector"] == selector
     assert loaded[0]["overhead"]["podFixed"] == {"cpu": "1e3"}
@@ -468,7 +474,7 @@ for _case in RELEASES:
 def test_rendered_manifests_match_the_kubernetes_schema(validator, case, extras, minor):
     distribution, release, _ships = case
     kwargs = {"node_selector": SELECTOR, "overhead": dict(OVERHEAD, **{"hugepages-2Mi": "0"})} if extras != "plain" else {}
-    plan = rc.plan_runtimeclasses(cluster(distribution, release), FLEET, **kwargs)
+    plan = rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading(distribution, release)), FLEET, **kwargs)
     documents = list(yaml.safe_load_all(rc.render_manifest_yaml(plan["manifests"])))
     assert len(documents) == len(plan["manifests"]) >= 2
     for document in plan["manifests"] + documents:
@@ -476,7 +482,7 @@ def test_rendered_manifests_match_the_kubernetes_schema(validator, case, extras,
 
 
 def valid_manifest():
-    plan = rc.plan_runtimeclasses(cluster(), GOOD_NODES, node_selector=SELECTOR, overhead=OVERHEAD)
+    plan = rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading()), GOOD_NODES, node_selector=SELECTOR, overhead=OVERHEAD)
     return plan["manifests"][0]
 
 
@@ -514,7 +520,7 @@ def test_schema_does_not_check_quantity_syntax_so_the_engine_does(validator):
     manifest = broken(lambda m: m["overhead"]["podFixed"].update(cpu="lots"))
     assert validator.validate(manifest, bundled_minors()[-1], strict=True)
     with pytest.raises(K3sGpuError, match="'lots' is not a Kubernetes quantity"):
-        rc.plan_runtimeclasses(cluster(), GOOD_NODES, overhead={"cpu": "lots"})
+        rc.plan_runtimeclasses(NodeFacts.from_reading(server_reading()), GOOD_NODES, overhead={"cpu": "lots"})
 
 
 def test_schema_fallback_names_the_missing_minor():
@@ -528,7 +534,19 @@ def test_schema_fallback_names_the_missing_minor():
 def test_a_newer_release_follows_the_policy_of_the_servers_reading():
     newer = {"distribution": "k3s", "release": "v1.38.0+k3s1"}
     with pytest.raises(K3sGpuError, match="newer_release=assume_newest_known"):
-        rc.plan_runtimeclasses(newer, FLEET)
+        rc.plan_runtimeclasses_described(newer, FLEET)
     assumed = dict(newer, read_options={"newer_release": "assume_newest_known"})
-    assert rc.plan_runtimeclasses(assumed, FLEET)["shipped"] == rc.plan_runtimeclasses(
-        {"distribution": "k3s", "release": "v1.37.2+k3s1"}, FLEET)["shipped"]
+    known = rc.plan_runtimeclasses_described({"distribution": "k3s", "release": "v1.37.2+k3s1"}, FLEET)["shipped"]
+    assert rc.plan_runtimeclasses_described(assumed, FLEET)["shipped"] == known
+    # the server's reading: runtime_info made its profile with the policy
+    server = NodeFacts.from_reading(server_reading(release="v1.38.0+k3s1", newer_release="assume_newest_known"))
+    assert rc.plan_runtimeclasses(server, FLEET)["shipped"] == known
+
+
+@pytest.mark.parametrize("reading, message", [
+    (server_reading("containerd", "1.7.24"), r"^cluster.distribution must be k3s or rke2 .*got 'containerd'"),
+    (server_reading(runtimeclasses_disabled="yes"), r"^cluster.runtimeclasses_disabled must be true or false .*got 'yes'"),
+], ids=["containerd", "disabled-not-bool"])
+def test_a_server_reading_is_refused_as_a_described_cluster(reading, message):
+    with pytest.raises(K3sGpuError, match=message):
+        rc.plan_runtimeclasses(NodeFacts.from_reading(reading), GOOD_NODES)
