@@ -166,7 +166,7 @@ class ActionModule(SpecAction):
             return host_step.failed(result, "%s: reading the node after the installs failed: %s" % (self._host, message))
         reading.pop("warnings", None)  # said by the first reading
         fresh, plan = host_state.NodeFacts.from_reading(reading), state.plan
-        result.update(host_step.node_result(plan, fresh, None), install_due=False,
+        result.update(host_step.node_result(plan, fresh, None), install_due=False, configure_due=False,
                       cdi_due=host_step.cdi_due(fresh, plan, settings),
                       node=host_state.HostState(fresh, plan, host_step.cdi_marker(settings)).to_result(),
                       **self._device_steps(fresh, plan, settings))

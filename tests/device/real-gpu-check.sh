@@ -10,7 +10,8 @@
 #
 # The run: machine facts; runtime_info with no toolkit; the toolkit's binaries installed and `nvidia-ctk cdi generate`
 # run against the real driver; runtime_info again (runtimes detected as k3s $K3S_RELEASE will, the CDI spec and whether
-# it fits the loaded driver); the doctor playbook in check mode (the node layers, no cluster).
+# it fits the loaded driver); the doctor playbook in check mode (the node layers, no cluster); the doctor's first fix;
+# the gpu_node role, twice (installs off: the CDI spec it generates, the containerd files it writes, the second run).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 KIT=${DEVICE_KIT:-$ROOT/.tmp/device-kit}
@@ -109,6 +110,29 @@ YAML
     ansible-playbook -i "$inventory" "$ROOT/playbooks/doctor.yml" -e gpu_node_distribution=k3s \
         -e "gpu_node_release=$RELEASE" -e doctor_cluster=false -e doctor_fail=false \
         -e "doctor_report_path=$OUT/doctor-after-fix.json" 2>&1 | grep -A12 'Show the report'
+
+    step "the gpu_node role on this node, twice (installs off; a k3s data dir but no k3s service to restart)"
+    rm -f /var/run/cdi/nvidia.yaml  # the role generates its own spec
+    local role=/tmp/k3sgpu-role.yml
+    cat >"$role" <<'YAML'
+- name: Configure the GPU node with the role
+  hosts: gpu
+  gather_facts: false
+  roles:
+    - role: k3s_gpu.nvidia.gpu_node
+  post_tasks:
+    - name: Keep what the role did
+      ansible.builtin.copy:
+        content: "{{ gpu_node_result | to_nice_json }}"
+        dest: "{{ dest }}"
+        mode: "0644"
+YAML
+    for run in 1 2; do
+        ansible-playbook -i "$inventory" "$role" -e gpu_node_distribution=k3s -e "gpu_node_release=$RELEASE" \
+            -e gpu_node_toolkit_install=false -e "dest=$OUT/role-run$run.json" 2>&1 \
+            | grep -E '^(TASK|RUNNING HANDLER|changed|ok|fatal|skipping)|restart|PLAY RECAP|^gpu ' | grep -v '^ok: \[gpu\] =>'
+    done
+    find /var/lib/rancher/k3s/agent/etc/containerd /etc/rancher/k3s /var/run/cdi -type f -printf '%M %p\n' 2>/dev/null
 
     step "summary"
     python3 - "$OUT" <<'PY'
