@@ -6,12 +6,14 @@
 #
 #   tests/device/real-gpu-check.sh prepare   # here: wheels of ansible-core and the toolkit built from the Go module
 #                                            # proxy (scripts/build-test-binaries.sh) into .tmp/device-kit
+#   tests/device/real-gpu-check.sh prepare-container   # here, optional: containerd 2.2, runc, busybox (.tmp/device-kit-ctr)
 #   tests/device/real-gpu-check.sh run       # there: the checks below, results under $OUT (default .tmp/device-out)
 #
 # The run: machine facts; runtime_info with no toolkit; the toolkit's binaries installed and `nvidia-ctk cdi generate`
 # run against the real driver; runtime_info again (runtimes detected as k3s $K3S_RELEASE will, the CDI spec and whether
 # it fits the loaded driver); the doctor playbook in check mode (the node layers, no cluster); the doctor's first fix;
-# the gpu_node role, twice (installs off: the CDI spec it generates, the containerd files it writes, the second run).
+# the gpu_node role, twice (installs off: the CDI spec it generates, the containerd files it writes, the second run);
+# with the container kit, one container through runc and one through nvidia-container-runtime.cdi.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 KIT=${DEVICE_KIT:-$ROOT/.tmp/device-kit}
@@ -35,7 +37,57 @@ prepare() {
     ls -l "$KIT"
 }
 
+# containerd 2.2 (built from the Go module proxy), Debian's runc and static busybox: a container on the real GPU
+prepare_container() {
+    set -e
+    local kit=$KIT-ctr bin
+    mkdir -p "$kit" "$ROOT/.tmp/busybox-deb"
+    "$ROOT/scripts/build-test-binaries.sh" containerd-2.2
+    bin=$(dirname "$(python3 "$ROOT/tests/testbins.py" path containerd-2.2 containerd)")
+    tar -C "$bin" -cf - . | xz -1 -T1 >"$kit/containerd.tar.xz"
+    command -v runc >/dev/null || apt-get install -y -q runc
+    cp "$(command -v runc)" "$(ldd "$(command -v runc)" | awk '/libseccomp/ {print $3}')" "$kit/"
+    (cd "$ROOT/.tmp/busybox-deb" && apt-get download -q busybox-static && dpkg-deb -x busybox-static_*.deb .)
+    cp "$ROOT/.tmp/busybox-deb/bin/busybox" "$kit/"
+    ls -l "$kit"
+}
+
 step() { printf '\n== %s\n' "$*"; }
+
+# One container through containerd's runc shim with the given BinaryName, as k3s's runtime table sets it; it lists
+# what of the GPU it sees: device nodes, the driver's libraries mounted from the CDI spec.
+container_sees() {
+    local base=$1 binary=$2 name=$3
+    # shellcheck disable=SC2016  # the container's shell expands these
+    ctr -a "$base/containerd.sock" run --rm --rootfs --runc-binary "$binary" \
+        --env NVIDIA_VISIBLE_DEVICES=all "$base/rootfs" "$name" /bin/busybox sh -c \
+        'echo "devices: $(ls /dev | grep nvidia | tr "\n" " ")"; echo "libcuda: $(ls /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu 2>/dev/null | grep "^libcuda.so" | tr "\n" " ")"'
+    echo "rc=$?"
+}
+
+container_check() {
+    local kit=$KIT-ctr base=/tmp/k3sgpu-ctr
+    if [ ! -d "$kit" ]; then
+        echo "no $kit: no container run (tests/device/real-gpu-check.sh prepare-container makes it)"
+        return 0
+    fi
+    step "a container on containerd 2.2: runc, then the toolkit's nvidia-container-runtime.cdi as the shim's BinaryName"
+    mkdir -p "$base/bin" "$base/rootfs/bin" "$base/rootfs/dev" "$base/rootfs/proc" "$base/rootfs/sys" "$base/rootfs/tmp"
+    tar -C "$base/bin" -xJf "$kit/containerd.tar.xz" --no-same-owner
+    cp "$kit/runc" "$base/bin/"
+    cp "$kit/busybox" "$base/rootfs/bin/busybox"
+    ldconfig -p | grep -q libseccomp.so.2 || export LD_LIBRARY_PATH=$kit
+    export PATH=$base/bin:$PATH
+    printf 'version = 3\nroot = "%s/root"\nstate = "%s/state"\n[grpc]\n  address = "%s/containerd.sock"\n' \
+        "$base" "$base" "$base" >"$base/config.toml"
+    setsid containerd --config "$base/config.toml" >"$OUT/containerd.log" 2>&1 &
+    for _ in $(seq 60); do [ -S "$base/containerd.sock" ] && break; sleep 0.5; done
+    containerd --version
+    container_sees "$base" runc plain-runc
+    container_sees "$base" /usr/bin/nvidia-container-runtime.cdi nvidia-cdi
+    kill "$!" 2>/dev/null
+}
+
 
 run_checks() {
     mkdir -p "$OUT"
@@ -134,6 +186,8 @@ YAML
     done
     find /var/lib/rancher/k3s/agent/etc/containerd /etc/rancher/k3s /var/run/cdi -type f -printf '%M %p\n' 2>/dev/null
 
+    container_check
+
     step "summary"
     python3 - "$OUT" <<'PY'
 import json, sys
@@ -162,6 +216,7 @@ PY
 
 case ${1:-} in
     prepare) prepare ;;
+    prepare-container) prepare_container ;;
     run) run_checks 2>&1 | tee "$OUT.log"; cp "$OUT.log" "$OUT/log.txt" 2>/dev/null ;;
-    *) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
