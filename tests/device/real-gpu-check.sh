@@ -44,7 +44,7 @@ prepare_container() {
     mkdir -p "$kit" "$ROOT/.tmp/busybox-deb"
     "$ROOT/scripts/build-test-binaries.sh" containerd-2.2
     bin=$(dirname "$(python3 "$ROOT/tests/testbins.py" path containerd-2.2 containerd)")
-    tar -C "$bin" -cf - . | xz -1 -T1 >"$kit/containerd.tar.xz"
+    tar -C "$bin" -cf - . | nice xz -1 -T1 >"$kit/containerd.tar.xz"
     command -v runc >/dev/null || apt-get install -y -q runc
     cp "$(command -v runc)" "$(ldd "$(command -v runc)" | awk '/libseccomp/ {print $3}')" "$kit/"
     (cd "$ROOT/.tmp/busybox-deb" && apt-get download -q busybox-static && dpkg-deb -x busybox-static_*.deb .)
