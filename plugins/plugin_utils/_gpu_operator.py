@@ -333,6 +333,10 @@ def _operator_mode(settings, line, profile, check=True):
     if nri and not cdi:
         raise K3sGpuError("values cdi.nriPluginEnabled needs CDI: set gpu_node_operator_cdi=true (the chart "
                           "refuses NRI without it)")
+    if nri and facts["nri_needs_toolkit"] and not settings["toolkit"]:
+        raise K3sGpuError("values cdi.nriPluginEnabled: the GPU Operator %s refuses its NRI plugin mode without its "
+                          "container toolkit" % settings["chart_version"],
+                          fix="set gpu_node_operator_toolkit=true, or drop cdi.nriPluginEnabled")
     mode = "nri" if nri else "cdi" if cdi else "legacy"
     needed = release_rules.GPU_OPERATOR_MODE_CONTAINERD[mode]
     if needed and line_key(profile["containerd"]) < line_key(needed):

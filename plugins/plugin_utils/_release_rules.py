@@ -30,8 +30,8 @@ BACKUP_DIR = "/var/backups/k3s-gpu-nvidia"
 BACKUP_KEEP = 3
 
 # --- NVIDIA GPU Operator (operator mode) -----------------------------------------------------------
-# Sources: NVIDIA/gpu-operator tags v24.9.2, v25.3.4, v25.10.1, v26.3.3 (values.yaml, controllers/
-# object_controls.go RuntimeClasses()), tests/unit/fixtures/gpu_operator/README.md, k3s-facts §8.3.
+# Sources: NVIDIA/gpu-operator tags v24.9.2, v25.3.4, v25.10.1, v26.3.3, v26.7.0 (values.yaml, controllers/
+# object_controls.go RuntimeClasses(), state_manager.go), tests/unit/fixtures/gpu_operator/README.md, k3s-facts §8.3.
 GPU_OPERATOR_CHART = {
     "name": "gpu-operator",
     "repo": "https://helm.ngc.nvidia.com/nvidia",
@@ -42,12 +42,15 @@ GPU_OPERATOR_CHART = {
     # operator.runtimeClass: the name AND handler of the operator's main RuntimeClass
     "runtime_class": "nvidia",
 }
-# chart line -> what its values mean: cdi.enabled default, NRI plugin mode (cdi.nriPluginEnabled)
+# chart line -> what its values mean: cdi.enabled default, NRI plugin mode (cdi.nriPluginEnabled), and whether the
+# operator refuses that mode with its toolkit off (v26.7.0 state_manager.go: "the NRI Plugin cannot be enabled when the
+# Container Toolkit is disabled"). RuntimeClasses() and the pre-requisites state are the same in 26.3.3 and 26.7.0.
 GPU_OPERATOR_LINES = {
-    "24.9": {"cdi_default": False, "nri": False},
-    "25.3": {"cdi_default": False, "nri": False},
-    "25.10": {"cdi_default": True, "nri": False},
-    "26.3": {"cdi_default": True, "nri": True},
+    "24.9": {"cdi_default": False, "nri": False, "nri_needs_toolkit": False},
+    "25.3": {"cdi_default": False, "nri": False, "nri_needs_toolkit": False},
+    "25.10": {"cdi_default": True, "nri": False, "nri_needs_toolkit": False},
+    "26.3": {"cdi_default": True, "nri": True, "nri_needs_toolkit": False},
+    "26.7": {"cdi_default": True, "nri": True, "nri_needs_toolkit": True},
 }
 # The RuntimeClasses the operator reconciles, in every line above, by its mode: it creates some and
 # DELETES the others on every reconcile, without looking at who made them. It also takes over an

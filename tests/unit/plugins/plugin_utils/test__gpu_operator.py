@@ -172,7 +172,7 @@ RELEASE_LINES = [
     ("k3s", "v1.36.3+k3s1", "v0.17.7"), ("rke2", "v1.36.3+rke2r1", "v0.17.7"),
     ("k3s", "v1.36.0+k3s1", "v0.17.1"),
 ]
-CHART_VERSIONS = ["v24.9.2", "v25.3.4", "v25.10.1", "v26.3.3"]
+CHART_VERSIONS = ["v24.9.2", "v25.3.4", "v25.10.1", "v26.3.3", "v26.7.0"]
 
 
 def cluster_of(distribution="k3s", release="v1.33.10+k3s1", data_dir=None):
@@ -238,7 +238,7 @@ def test_values_fit_k3s():
 
 def test_chart_defaults_per_line():
     """cdi.enabled follows the chart line's default when not set: off before v25.10, on from it."""
-    for version, cdi in (("v24.9.2", False), ("v25.3.4", False), ("v25.10.1", True), ("v26.3.3", True)):
+    for version, cdi in (("v24.9.2", False), ("v25.3.4", False), ("v25.10.1", True), ("v26.3.3", True), ("v26.7.0", True)):
         plan = op.plan_cluster(NodeFacts.from_reading(cluster_of()), {"chart_version": version}, OPERATOR_NODES)
         assert plan["values"]["cdi"] == {"enabled": cdi}
         assert plan["operator_mode"] == ("cdi" if cdi else "legacy")
@@ -302,7 +302,7 @@ def test_user_values_merge():
     ({"values": {"toolkit": {"env": [{"name": "CONTAINERD_SOCKET", "value": "/run/containerd/containerd.sock"}]}}},
      r"CONTAINERD_SOCKET=/run/containerd/containerd.sock: k3s and rke2 run containerd at /run/k3s/containerd/containerd.sock"),
     ({"values": {"toolkit": {"env": "CONTAINERD_SOCKET=x"}}}, r"toolkit.env must be a list of \{name, value\} dicts"),
-    ({"chart_version": "v23.9.0"}, r"chart_version v23.9.0: this collection knows the GPU Operator lines 24.9, 25.3, 25.10, 26.3"),
+    ({"chart_version": "v23.9.0"}, r"chart_version v23.9.0: this collection knows the GPU Operator lines 24.9, 25.3, 25.10, 26.3, 26.7"),
     ({"chart_version": "latest"}, r"chart_version 'latest' is not a chart version like v26.3.3"),
     ({"chart_repo": "ftp://mirror"}, r"gpu_node_operator_chart_repo 'ftp://mirror' is not an https://"),
     ({"chart_archive": "../gpu-operator.tgz"}, r"gpu_node_operator_chart_archive '../gpu-operator.tgz' must be a file name ending in .tgz"),
@@ -341,6 +341,18 @@ def test_nri_mode():
         op.plan_cluster(NodeFacts.from_reading(cluster_of("k3s", "v1.33.5+k3s1")), dict(nri, chart_version="v25.10.1"), OPERATOR_NODES)
     with pytest.raises(K3sGpuError, match=r"cdi.nriPluginEnabled needs CDI"):
         op.plan_cluster(NodeFacts.from_reading(cluster_of("k3s", "v1.33.5+k3s1")), dict(nri, cdi=False), OPERATOR_NODES)
+
+
+def test_nri_mode_without_the_operators_toolkit_is_refused_from_26_7():
+    """v26.7.0 refuses a ClusterPolicy with the NRI plugin and the toolkit off; v26.3.3 took it."""
+    server = NodeFacts.from_reading(cluster_of("k3s", "v1.33.5+k3s1"))
+    nri_no_toolkit = {"values": {"cdi": {"nriPluginEnabled": True}}, "toolkit": False}
+    assert op.plan_cluster(server, dict(nri_no_toolkit, chart_version="v26.3.3"), OPERATOR_NODES)["operator_mode"] == "nri"
+    with pytest.raises(K3sGpuError, match=r"GPU Operator v26.7.0 refuses its NRI plugin mode without its container "
+                       r"toolkit; set gpu_node_operator_toolkit=true, or drop cdi.nriPluginEnabled"):
+        op.plan_cluster(server, dict(nri_no_toolkit, chart_version="v26.7.0"), OPERATOR_NODES)
+    assert op.plan_cluster(server, dict(nri_no_toolkit, chart_version="v26.7.0", toolkit=True),
+                           OPERATOR_NODES)["operator_mode"] == "nri"
 
 
 def test_one_mode_per_cluster():
