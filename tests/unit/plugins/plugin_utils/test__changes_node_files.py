@@ -92,6 +92,24 @@ def test_node_facts_that_are_not_a_reading_are_refused_by_name(sandbox, capsys, 
     assert "k3s_gpu.nvidia.runtime_info" in result["msg"] and result["error"]["variables"] == ["node_facts"]
 
 
+@pytest.mark.parametrize("layout, due", [("package", True), ("nothing", False)])
+def test_deciding_only_says_whether_node_files_would_run_and_writes_nothing(sandbox, capsys, layout, due):
+    # write=False (the role's host step where k3s/rke2 can restart): the decision and write_due, no node_files execution;
+    # its configure task then writes from the same reading
+    sandbox.k3s("k3s", layout)
+    facts = read(sandbox, capsys)
+    validated = ArgumentSpecValidator(configure.SPEC).validate({"root": sandbox.root, "release": "v1.31.6+k3s1",
+                                                                "node_facts": facts})
+    before = sandbox.snapshot()
+
+    def execute_module(name, _args):
+        raise AssertionError("nothing is read or written (%s)" % name)
+
+    result = configure.run({}, validated.validated_parameters, execute_module, False, write=False)
+    assert not result.get("failed"), result.get("msg")
+    assert result["write_due"] is due and result["changed"] is due and sandbox.snapshot() == before
+
+
 def test_write_entries_carry_what_the_decision_was_made_from(sandbox):
     change = {"key": "template_v3", "path": sandbox.root + "/t.tmpl", "node_path": "/t.tmpl", "before": "a\n",
               "after": "a\nb\n", "exists": True, "parent_exists": True}
