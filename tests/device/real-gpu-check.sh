@@ -54,6 +54,12 @@ prepare_container() {
 
 step() { printf '\n== %s\n' "$*"; }
 
+# the doctor playbook on this node in check mode, node layers only; its report under $OUT
+doctor() {
+    ansible-playbook -i "$1" "$ROOT/playbooks/doctor.yml" -e gpu_node_distribution=k3s -e "gpu_node_release=$RELEASE" \
+        -e doctor_cluster=false -e doctor_fail=false -e "doctor_report_path=$OUT/$2" 2>&1 | grep -A12 'Show the report'
+}
+
 # One container through containerd's runc shim with the given BinaryName, as k3s's runtime table sets it; it lists
 # what of the GPU it sees: device nodes, the driver's libraries mounted from the CDI spec.
 container_sees() {
@@ -152,16 +158,12 @@ YAML
     ansible-playbook -i "$inventory" "$reader" -e "release=$RELEASE" -e "dest=$OUT/runtime_info-toolkit.json" | tail -4
 
     step "doctor (check mode, node layers only)"
-    ansible-playbook -i "$inventory" "$ROOT/playbooks/doctor.yml" -e gpu_node_distribution=k3s \
-        -e "gpu_node_release=$RELEASE" -e doctor_cluster=false -e doctor_fail=false \
-        -e "doctor_report_path=$OUT/doctor.json" 2>&1 | tail -25
+    doctor "$inventory" doctor.json
 
     step "the doctor's fix for /dev/char links, then the doctor again"
     nvidia-ctk system create-dev-char-symlinks --create-all 2>&1 | tail -3
     find /dev/char -lname '*nvidia*' -printf '%p -> %l\n' | grep -v nvidia-caps
-    ansible-playbook -i "$inventory" "$ROOT/playbooks/doctor.yml" -e gpu_node_distribution=k3s \
-        -e "gpu_node_release=$RELEASE" -e doctor_cluster=false -e doctor_fail=false \
-        -e "doctor_report_path=$OUT/doctor-after-fix.json" 2>&1 | grep -A12 'Show the report'
+    doctor "$inventory" doctor-after-fix.json
 
     step "the gpu_node role on this node, twice (installs off; a k3s data dir but no k3s service to restart)"
     rm -f /var/run/cdi/nvidia.yaml  # the role generates its own spec
