@@ -3,8 +3,9 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Fleet benchmark: k3s_gpu.nvidia.site on a simulated fleet of sandbox nodes (localhost), first
-converge and a no-op second run, against a floor of one ansible.builtin.stat per host; per size, the
-wall times, ratios, work per host, the no-op run task by task and the controller's memory.
+converge and a no-op second run, against a floor of one ansible.builtin.stat per host and a bound for the
+converge (a second stat in the same task on each host the converge changes); per size, the wall times,
+ratios, work per host, the runs task by task and the controller's memory.
 
 Run it through benchmarks/fleet.sh (venv and collection path); see benchmarks/fleet/README.md."""
 
@@ -120,18 +121,20 @@ class Bench:
             sandbox_fleet.write_trees(trees_dir, nodes)  # every converge starts from an untouched fleet
             prefix = os.path.join(size_dir, "rep%d-" % rep)
             floor, floor_events = self.run(prefix + "floor", inventory, os.path.join(HERE, "floor.yml"))
+            bound, _ = self.run(prefix + "bound", inventory, os.path.join(HERE, "read_write_bound.yml"),
+                                {"fleet_gpu_hosts": [node.name for node in nodes if node.has_gpu]})
             converge, converge_events = self.run(prefix + "converge", inventory, "k3s_gpu.nvidia.site", SITE_EXTRA_VARS)
             manifests = len(glob.glob(os.path.join(trees_dir, MANIFEST_GLOB)))
             noop, noop_events = self.run(prefix + "noop", inventory, "k3s_gpu.nvidia.site", SITE_EXTRA_VARS)
-            record = report.repetition_record({"floor": floor, "converge": converge, "noop": noop},
+            record = report.repetition_record({"floor": floor, "bound": bound, "converge": converge, "noop": noop},
                                               floor_events, noop_events, nodes)
             record["converge"].update(changed_results=converge_events.changed, manifests_written=manifests)
             repetitions.append(record)
             converge_runs.append(converge_events)
             noop_runs.append(noop_events)
-            progress("   rep %d/%d: floor %.1f s, converge %.1f s, no-op %.1f s (no-op/floor %.2fx, changed on no-op %d)" % (
-                rep, reps, floor.wall_seconds, converge.wall_seconds, noop.wall_seconds,
-                record["ratios"]["noop_to_floor"], noop_events.changed))
+            progress("   rep %d/%d: floor %.1f s, bound %.1f s, converge %.1f s, no-op %.1f s (no-op/floor %.2fx, "
+                     "changed on no-op %d)" % (rep, reps, floor.wall_seconds, bound.wall_seconds, converge.wall_seconds,
+                                               noop.wall_seconds, record["ratios"]["noop_to_floor"], noop_events.changed))
         summary = report.size_summary(size, fleet, repetitions, report.task_breakdown(noop_runs),
                                       report.task_breakdown(converge_runs))
         summary["nodes"] = [dataclasses.asdict(node) for node in nodes]

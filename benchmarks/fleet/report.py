@@ -12,7 +12,7 @@ import statistics
 from playbook_run import PSS_SAMPLE_SECONDS, SAMPLE_SECONDS
 
 MIB = 1024 * 1024
-RUNS = ("floor", "converge", "noop")
+RUNS = ("floor", "bound", "converge", "noop")
 HOST_WORK_FIELDS = ("dispatched", "module_tasks", "controller_tasks", "skipped", "modules", "connection_ops")
 
 
@@ -47,7 +47,7 @@ def _measured(run):
 
 
 def repetition_record(runs, floor_events, noop_events, nodes):
-    """One repetition: the three runs measured from outside, and the floor's and no-op run's events."""
+    """One repetition: the four runs measured from outside, and the floor's and no-op run's events."""
     record = {name: _measured(run) for name, run in runs.items()}
     stat = floor_events.tasks[0]  # floor.yml has one task
     record["floor"]["stat_ms_per_host"] = stat.host_seconds / stat.ran * 1000
@@ -59,7 +59,10 @@ def repetition_record(runs, floor_events, noop_events, nodes):
         "per_host": host_work_by_class(noop_events, nodes),
     })
     record["ratios"] = {"converge_to_floor": runs["converge"].wall_seconds / runs["floor"].wall_seconds,
-                        "noop_to_floor": runs["noop"].wall_seconds / runs["floor"].wall_seconds}
+                        "noop_to_floor": runs["noop"].wall_seconds / runs["floor"].wall_seconds,
+                        # the least a converge of two module executions per changed host could be, and the rest
+                        "bound_to_floor": runs["bound"].wall_seconds / runs["floor"].wall_seconds,
+                        "converge_to_bound": runs["converge"].wall_seconds / runs["bound"].wall_seconds}
     return record
 
 
@@ -110,7 +113,8 @@ def size_summary(size, fleet, repetitions, breakdown, converge_breakdown):
     summary["noop"]["per_host"] = {
         label: {field: median("noop", "per_host", label, field) for field in HOST_WORK_FIELDS + ("hosts",)}
         for label in ("gpu", "cpu_only")}
-    summary["ratios"] = {name: median("ratios", name) for name in ("converge_to_floor", "noop_to_floor")}
+    summary["ratios"] = {name: median("ratios", name) for name in
+                         ("converge_to_floor", "noop_to_floor", "bound_to_floor", "converge_to_bound")}
     return summary
 
 
@@ -145,21 +149,27 @@ def _header(summaries, settings):
         " ".join(str(summary["hosts"]) for summary in summaries), settings["forks"], settings["reps"],
         collection["commit"], " with uncommitted changes" if collection["uncommitted_changes"] else "",
         settings["versions"]),
-        "Every figure is the median of %d repetition(s); in each repetition the floor, the converge and the "
-        "no-op run follow each other on a freshly built fleet, and the ratios are medians of the "
+        "Every figure is the median of %d repetition(s); in each repetition the floor, the bound, the converge "
+        "and the no-op run follow each other on a freshly built fleet, and the ratios are medians of the "
         "per-repetition ratios." % settings["reps"]]
 
 
 def _wall_table(summaries):
-    out = ["| hosts | GPU hosts | clusters | floor | converge | no-op | converge / floor | no-op / floor "
-           "| converge per host | no-op per host |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| hosts | GPU hosts | clusters | floor | bound | converge | no-op | bound / floor | converge / floor "
+           "| converge / bound | no-op / floor | converge per host | no-op per host |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for summary in summaries:
-        out.append("| %d | %d | %d | %.1f s | %.1f s | %.1f s | %.2fx | **%.2fx** | %.0f ms | %.0f ms |" % (
-            summary["hosts"], summary["fleet"]["gpu_hosts"], summary["fleet"]["clusters"],
-            summary["floor"]["wall_seconds"], summary["converge"]["wall_seconds"], summary["noop"]["wall_seconds"],
-            summary["ratios"]["converge_to_floor"], summary["ratios"]["noop_to_floor"],
-            summary["converge"]["ms_per_host"], summary["noop"]["ms_per_host"]))
+        ratios = summary["ratios"]
+        out.append("| %d | %d | %d | %.1f s | %.1f s | %.1f s | %.1f s | %.2fx | %.2fx | %.2fx | **%.2fx** | %.0f ms "
+                   "| %.0f ms |" % (
+                       summary["hosts"], summary["fleet"]["gpu_hosts"], summary["fleet"]["clusters"],
+                       summary["floor"]["wall_seconds"], summary["bound"]["wall_seconds"],
+                       summary["converge"]["wall_seconds"], summary["noop"]["wall_seconds"], ratios["bound_to_floor"],
+                       ratios["converge_to_floor"], ratios["converge_to_bound"], ratios["noop_to_floor"],
+                       summary["converge"]["ms_per_host"], summary["noop"]["ms_per_host"]))
+    out += ["", "bound: one task per host, one `stat`, and a second `stat` in the same task on each GPU host (the hosts "
+                "the converge changes): the two module executions a changed host needs at least, with no decision "
+                "and no write (`read_write_bound.yml`)."]
     return out
 
 
@@ -189,7 +199,7 @@ def _work_table(summaries):
 
 
 def _memory_table(summaries):
-    out = ["Controller memory, peaks, floor · converge · no-op: ansible-playbook and every descendant added up "
+    out = ["Controller memory, peaks, floor · bound · converge · no-op: ansible-playbook and every descendant added up "
            "(with the local connection, also each host's module process), ansible-playbook and its forked "
            "workers added up (what a controller of a real fleet holds), and ansible-playbook alone (VmHWM). "
            "RSS is sampled every %.0f ms and counts copy-on-write pages once per process, so its sums are upper "
