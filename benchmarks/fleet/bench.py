@@ -121,8 +121,8 @@ class Bench:
             sandbox_fleet.write_trees(trees_dir, nodes)  # every converge starts from an untouched fleet
             prefix = os.path.join(size_dir, "rep%d-" % rep)
             floor, floor_events = self.run(prefix + "floor", inventory, os.path.join(HERE, "floor.yml"))
-            bound, _ = self.run(prefix + "bound", inventory, os.path.join(HERE, "read_write_bound.yml"),
-                                {"fleet_gpu_hosts": [node.name for node in nodes if node.has_gpu]})
+            bound = self.run(prefix + "bound", inventory, os.path.join(HERE, "read_write_bound.yml"),
+                             {"fleet_gpu_hosts": [node.name for node in nodes if node.has_gpu]})[0]
             converge, converge_events = self.run(prefix + "converge", inventory, "k3s_gpu.nvidia.site", SITE_EXTRA_VARS)
             manifests = len(glob.glob(os.path.join(trees_dir, MANIFEST_GLOB)))
             noop, noop_events = self.run(prefix + "noop", inventory, "k3s_gpu.nvidia.site", SITE_EXTRA_VARS)

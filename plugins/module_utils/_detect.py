@@ -616,9 +616,21 @@ def host_containerd_version(fs, run_command, root_is_host):
 _DRIVER_RE = re.compile(r"NVRM version:.*?Kernel Module(?:\s+for\s+\S+)?\s+(\d+(?:\.\d+)+)")
 
 
+def driver_devices(fs):
+    """The NVIDIA device nodes under /dev, and those in its directories (/dev/nvidia-caps holds the MIG capability
+    nodes), each by path: the directories themselves are no devices."""
+    devices = []
+    for path in ["/dev/" + name for name in fs.listdir("/dev") if name.startswith("nvidia")]:
+        if fs.is_dir(path):
+            devices.extend(path + "/" + name for name in fs.listdir(path))
+        else:
+            devices.append(path)
+    return devices
+
+
 def driver_facts(fs):
     text = fs.read_text("/proc/driver/nvidia/version", 65536)
-    devices = ["/dev/" + name for name in fs.listdir("/dev") if name.startswith("nvidia")]
+    devices = driver_devices(fs)
     gpus = list(fs.listdir("/proc/driver/nvidia/gpus"))
     if not gpus:
         gpus = [d for d in devices if re.match(r"^/dev/nvidia\d+$", d)]

@@ -81,6 +81,15 @@ install_due:
   returned: success
   type: bool
   sample: false
+configure_due:
+  description:
+    - Whether containerd's files are still to be written by the role's configure task, which notifies the restart
+      handler. True only where a restart can follow (C(gpu_node_root) is C(/), C(gpu_node_restart), not check mode)
+      and something changes; elsewhere this task writes them itself and the handler never runs. False where
+      C(install_due) is true, because the install tasks configure containerd after they install.
+  returned: success
+  type: bool
+  sample: false
 doctor:
   description:
     - O(phase=doctor) - C(host), C(gpu_node), C(passed) (each layer with what it saw), C(broken) (the first broken layer

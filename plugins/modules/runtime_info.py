@@ -290,8 +290,9 @@ systemd_cgroup:
   type: bool
 driver:
   description:
-    - NVIDIA kernel driver - loaded, version, open kernel module, device nodes, GPU count; and the NVIDIA GPUs
-      on the PCI bus (C(pci_gpus)), found with or without a driver.
+    - NVIDIA kernel driver - loaded, version, open kernel module, device nodes (C(devices); those in C(/dev/nvidia-caps)
+      by their own paths, the directory itself not), GPU count; and the NVIDIA GPUs on the PCI bus (C(pci_gpus)),
+      found with or without a driver.
     - C(char_links) - the NVIDIA device nodes that have a C(/dev/char/<major>:<minor>) link (systemd needs them to keep
       a container's GPUs at C(systemctl daemon-reload)); C(nvswitches) - NVSwitches on the PCI bus (the fabric manager's
       hardware); C(dev_char_rule) - the udev rule C(/etc/udev/rules.d/71-nvidia-dev-char.rules) that makes those links

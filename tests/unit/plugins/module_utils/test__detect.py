@@ -231,6 +231,19 @@ def test_driver_devices_cdi_toolkit_operator(sandbox):
     assert [r["source"] for r in facts["runtimes"]] == ["k3s", "k3s", "gpu-operator"]
 
 
+def test_driver_devices_are_device_nodes_and_the_caps_directory_is_listed_by_its_nodes(sandbox):
+    # /dev as the H200 host of tests/device/RESULTS.md had it, with the MIG capability nodes of a MIG-enabled GPU
+    sandbox.k3s()
+    for dev in ("nvidia0", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-caps/nvidia-cap1",
+                "nvidia-caps/nvidia-cap2"):
+        sandbox.write("/dev/" + dev)
+    os.makedirs(sandbox.root + "/dev/nvidia-empty-dir")
+    facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
+    assert facts["driver"]["devices"] == ["/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2",
+                                          "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0", "/dev/nvidiactl"]
+    assert facts["driver"]["gpu_count"] == 1
+
+
 def test_the_cdi_refresh_unit_and_the_dev_char_rule_are_read(sandbox):
     sandbox.k3s()
     sandbox.write("/lib/systemd/system/nvidia-cdi-refresh.path", "[Path]\n")
