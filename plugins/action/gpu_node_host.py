@@ -279,12 +279,12 @@ class ActionModule(SpecAction):
                 return
             params = self._configure_params(settings, facts, plan)
         except K3sGpuError as exc:
-            node["refusal"] = str(exc)
+            node["refusal"] = exc.parts(host_step.ROLE_NAMES)
             return
         validated = ArgumentSpecValidator(configure.SPEC).validate(params)
         checked = configure.run({}, validated.validated_parameters, execute_module, False, own_files=True)
         if checked.get("failed"):
-            node["refusal"] = host_step.role_message(checked)
+            node["refusal"] = K3sGpuError.from_result(checked).parts(host_step.ROLE_NAMES)
             return
         node["handlers"] = host_state.handlers_of(checked)
         node["changes"] = [f for f in checked.get("files") or [] if f.get("action") in ("created", "updated", "removed")]

@@ -33,10 +33,16 @@ class K3sGpuError(ValueError):
 
     def text(self, names=None):
         """The message, each {option} this error names written as names[option] (else the option itself)."""
-        message = "%s; %s" % (self.cause, self.fix) if self.fix else self.cause
+        parts = self.parts(names)
+        return "%s; %s" % (parts["cause"], parts["fix"]) if parts["fix"] else parts["cause"]
+
+    def parts(self, names=None):
+        """{"cause", "fix"} as text() writes them, for a caller that shows the two apart (the doctor)."""
+        rendered = {"cause": self.cause, "fix": self.fix}
         for option in self.variables:
-            message = message.replace("{%s}" % option, (names or {}).get(option, option))
-        return message
+            for part, value in rendered.items():
+                rendered[part] = value.replace("{%s}" % option, (names or {}).get(option, option))
+        return rendered
 
     def within(self, where):
         """The same error, its cause prefixed with where it happened (a host, a cluster, a file)."""

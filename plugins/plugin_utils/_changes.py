@@ -490,7 +490,7 @@ def _template_reader(facts, plan, params):
     _record(plan, report)
     blocking = report.refusals if not edit_in_place else [f for f in report.refusals if f.code in _BEFORE_EDIT]
     if blocking:
-        raise K3sGpuError(_refusal(report, blocking))
+        raise report.refusal(blocking)
     if report.normalized is not None:
         plan["notes"].append("%s: normalized the encoding (byte order mark / CR line endings removed), as "
                              "normalize_encoding asks" % info["path"])
@@ -498,7 +498,8 @@ def _template_reader(facts, plan, params):
 
 
 def refusal_before_install(facts):
-    """Why the template k3s/rke2 reads must stop a toolkit install (None: it may go ahead). facts: a NodeFacts.
+    """Why the template k3s/rke2 reads must stop a toolkit install, as a K3sGpuError (None: it may go ahead).
+    facts: a NodeFacts.
 
     Refuses what the install itself would break (a duplicate once nvidia is detected) and a template
     that cannot be rendered or edited at all; what containerd_runtimes fixes with its own edit is left
@@ -519,7 +520,7 @@ def refusal_before_install(facts):
     edited = target["mode"] == planner.MODE_TEMPLATE
     blocking = [f for f in report.refusals
                 if f.when == template_check.AFTER_INSTALL or not edited or f.code in _BEFORE_EDIT]
-    return _refusal(report, blocking) if blocking else None
+    return report.refusal(blocking) if blocking else None
 
 
 def _check_rendered(facts, plan, params, reader, before, after):
@@ -533,16 +534,8 @@ def _check_rendered(facts, plan, params, reader, before, after):
                                   target_profile=_check_args(facts, params), ours={r["name"] for r in plan["write"]},
                                   cache=params.get("_check_cache"))
     _record(plan, report, replace=True)
-    _raise_if_refused(report)
-
-
-def _raise_if_refused(report):
     if report.refusals:
-        raise K3sGpuError(_refusal(report, report.refusals))
-
-
-def _refusal(report, findings):
-    return "%s. Nothing was written" % "; ".join(f.text(report.path) for f in findings)
+        raise report.refusal()
 
 
 def _record(plan, report, replace=False):

@@ -220,8 +220,8 @@ def _cdi_switch(facts):
 
 def check_containerd_config(facts, node):
     if node.get("refusal"):
-        cause, _sep, fix = node["refusal"].partition(". Fix: ")  # the engine's refusals carry their own fix
-        raise Broken(cause, fix or "fix what it names, then run k3s_gpu.nvidia.site")
+        refusal = node["refusal"]  # the engine's refusal, {"cause", "fix"} (K3sGpuError.parts)
+        raise Broken(refusal["cause"], refusal["fix"] or "fix what it names, then run k3s_gpu.nvidia.site")
     handlers = node.get("handlers") or []
     loaded = configure.loaded_runtimes(facts)
     if not configure.config_text(facts, "generated_config"):

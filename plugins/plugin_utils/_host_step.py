@@ -255,6 +255,6 @@ def plan_host(facts, settings, host):
         # is refused now, before a package is installed
         refusal = changes_engine.refusal_before_install(facts)
         if refusal:
-            raise K3sGpuError(
-                "%s: the NVIDIA toolkit is not installed, because %s" % (host or "this host", refusal))
+            raise K3sGpuError("%s: the NVIDIA toolkit is not installed, because %s" % (host or "this host", refusal.cause),
+                              refusal.fix, refusal.variable)
     return plan

@@ -24,6 +24,7 @@ import tomllib
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gotemplate as gotemplate
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
@@ -111,9 +112,12 @@ class Finding:
         return {"code": self.code, "severity": self.severity, "line": self.line, "message": self.message,
                 "fix": self.fix, "when": self.when}
 
-    def text(self, path):
+    def cause_text(self, path):
         where = "%s: line %d" % (path, self.line) if self.line else path
-        return "%s: %s [%s]. Fix: %s" % (where, self.message, self.code, self.fix)
+        return "%s: %s [%s]" % (where, self.message, self.code)
+
+    def text(self, path):
+        return "%s. Fix: %s" % (self.cause_text(path), self.fix)
 
 
 class Report:
@@ -163,9 +167,16 @@ class Report:
             return REFUSE
         return WARN if self.warnings or self.upgrade else "edit"
 
-    def refusal_message(self):
-        lines = [f.text(self.path) for f in self.refusals]
-        return "%s. Nothing was written" % "; ".join(lines)
+    def refusal(self, findings=None):
+        """One K3sGpuError for the refused findings (default: all): their causes, then their fixes (each labelled
+        with its line and code where there are several), and that nothing was written."""
+        findings = self.refusals if findings is None else findings
+        if len(findings) == 1:
+            fixes = [findings[0].fix]
+        else:
+            fixes = ["%s[%s]: %s" % ("line %d " % f.line if f.line else "", f.code, f.fix) for f in findings]
+        return K3sGpuError("; ".join(f.cause_text(self.path) for f in findings),
+                           fix="; ".join(fixes + ["nothing was written"]))
 
 
 # --- the release's template data -----------------------------------------------------------------

@@ -542,13 +542,16 @@ def _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, f
             continue
         refused.append((name, table, differs))
     if refused:
-        raise K3sGpuError("; ".join(_user_table_refusal(file_path, name, table, differs, renders[name], schema, profile,
-                                                        plan.get("base_included", True))
-                                    for name, table, differs in refused) + ". Nothing was written")
+        parts = [_user_table_refusal(file_path, name, table, differs, renders[name], schema, profile,
+                                     plan.get("base_included", True)) for name, table, differs in refused]
+        fixes = [fix for _cause, fix in parts] if len(parts) == 1 else \
+            ["[%s]: %s" % (name, fix) for (name, _table, _differs), (_cause, fix) in zip(refused, parts)]
+        raise K3sGpuError("; ".join(cause for cause, _fix in parts), fix="; ".join(fixes + ["nothing was written"]))
     return removed
 
 
 def _user_table_refusal(file_path, name, table, differs, rendered, schema, profile, base_included=True):
+    """(cause, fix) of a user's own table that the release renders too."""
     label = "%s %s" % (profile["distribution"], profile["release"])
     keep = "give your table a runtime name of your own (such as %s-custom) and point your RuntimeClass at it" % name
     if profile.get("dropin_imports"):
@@ -559,12 +562,13 @@ def _user_table_refusal(file_path, name, table, differs, rendered, schema, profi
     settings = ("its settings that differ from what %s renders: %s" % (label, ", ".join(differs)) if differs else
                 "its settings are the same as the release's")
     by = "the base template of %s" % label if base_included else "%s (the template's own range)" % label
-    return ("%s: line %d: [%s] is already emitted by %s, which renders runtime %s itself (it detects %s), and here "
-            "it is a table of your own: containerd would refuse the config with both (`table %s already exists`) and "
-            "k3s would restart in a loop [duplicate_table]; %s. This task does not delete a table you wrote: to keep "
-            "those settings, %s; otherwise remove the table (and its sub-tables) yourself" % (
-                file_path, table.start + 1, _key_text(distro.runtime_table(schema, name)), by, name,
-                (rendered.get("options") or {}).get("BinaryName", "its binary"), name, settings, keep))
+    cause = ("%s: line %d: [%s] is already emitted by %s, which renders runtime %s itself (it detects %s), and here "
+             "it is a table of your own: containerd would refuse the config with both (`table %s already exists`) and "
+             "k3s would restart in a loop [duplicate_table]; %s" % (
+                 file_path, table.start + 1, _key_text(distro.runtime_table(schema, name)), by, name,
+                 (rendered.get("options") or {}).get("BinaryName", "its binary"), name, settings))
+    return cause, ("this task does not delete a table you wrote: to keep those settings, %s; otherwise remove the "
+                   "table (and its sub-tables) yourself" % keep)
 
 
 def _flatten(table, prefix=""):

@@ -73,7 +73,9 @@ def test_a_users_table_of_a_rendered_runtime_is_refused_with_what_it_would_lose(
     assert "options.SystemdCgroup false \u2192 true" in message  # the very reason the table was there
     assert "a runtime name of your own (such as nvidia-custom)" in message
     assert "release's own nvidia table" in message
-    assert "[duplicate_table]" in message and message.endswith("Nothing was written")
+    assert "[duplicate_table]" in info.value.cause and "[duplicate_table]" not in info.value.fix
+    assert info.value.fix.startswith("this task does not delete a table you wrote")
+    assert info.value.fix.endswith("nothing was written")
     assert sandbox.snapshot() == before
 
 
@@ -154,7 +156,8 @@ def test_the_mirror_with_the_base_include_is_still_refused(sandbox):
                 '[%(t)s.runtimes.nvidia-cdi.options]\n  BinaryName = "/usr/bin/nvidia-container-runtime.cdi"\n' % {"t": V2})
     facts = k3s_node(sandbox, template, ("nvidia-container-runtime", "nvidia-container-runtime.legacy"))
     refusal = changes.refusal_before_install(NodeFacts.from_reading(facts))
-    assert "already emitted by the base template of k3s %s" % RELEASE in refusal
+    assert "already emitted by the base template of k3s %s" % RELEASE in refusal.cause
+    assert "k3s renders runtime nvidia-cdi itself" in refusal.fix and refusal.fix.endswith("nothing was written")
     with pytest.raises(K3sGpuError):
         changes.compute(NodeFacts.from_reading(facts), {"state": "present"})
 

@@ -141,7 +141,8 @@ BROKEN = [
     ("the files differ from what the site writes (as planned)", lambda s: None,
      {"changes": [{"path": DROPIN, "action": "updated"}]}, "containerd-config", DROPIN + " would be updated"),
     ("an engine refusal with its own fix (as planned)", lambda s: None,
-     {"refusal": "%s: line 3: the table nvidia is emitted twice [duplicate_table]. Fix: remove your table" % TEMPLATE},
+     {"refusal": {"cause": "%s: line 3: the table nvidia is emitted twice [duplicate_table]" % TEMPLATE,
+                  "fix": "remove your table"}},
      "containerd-config", "emitted twice [duplicate_table]"),
     ("drift: the drop-in changed after k3s's last start", lambda s: _later(s, DROPIN), {}, "runtime-service",
      "drift: %s changed" % DROPIN),
@@ -257,8 +258,8 @@ def test_a_node_broken_on_the_node_is_not_checked_in_the_cluster():
 
 def test_an_engine_refusal_keeps_its_own_fix_once(sandbox):
     healthy(sandbox)
-    report = diagnose(sandbox, refusal="%s: line 3: the table nvidia is emitted twice [duplicate_table]. Fix: remove your "
-                                       "table" % TEMPLATE)
+    report = diagnose(sandbox, refusal={"cause": "%s: line 3: the table nvidia is emitted twice [duplicate_table]" % TEMPLATE,
+                                        "fix": "remove your table"})
     assert report["broken"]["fix"] == "remove your table"
     assert doctor.line(report).count("Fix: ") == 1
 

@@ -119,7 +119,7 @@ def test_a_drop_in_release_checks_the_template_it_does_not_edit(sandbox):
 
 def test_a_drop_in_release_with_a_broken_template_writes_no_drop_in(sandbox):
     node = facts(sandbox, template='{{ template "base" . }}\n[plugins\n', layout="legacy_only")
-    with pytest.raises(K3sGpuError, match=r"not valid TOML.*\[toml_invalid\].*Nothing was written"):
+    with pytest.raises(K3sGpuError, match=r"not valid TOML.*\[toml_invalid\]; fix that line.*; nothing was written$"):
         changes.compute(NodeFacts.from_reading(node), {})
 
 
@@ -127,8 +127,22 @@ def test_the_module_refuses_before_the_install_what_the_install_breaks(sandbox):
     own_nvidia = '{{ template "base" . }}\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]\n' \
                  '  runtime_type = "io.containerd.runc.v2"\n'
     node = facts(sandbox, template=own_nvidia)  # no toolkit yet: k3s detects nothing
-    with pytest.raises(K3sGpuError, match=r"\[after_install_duplicate\]. Fix: k3s renders runtime nvidia itself"):
+    with pytest.raises(K3sGpuError, match=r"\[after_install_duplicate\]; k3s renders runtime nvidia itself"):
         changes.compute(NodeFacts.from_reading(node), {})
+
+
+def test_a_refusal_keeps_each_findings_fix_apart_from_the_causes():
+    report = check.Report("/t.tmpl")
+    report.add(check.Finding("parse_error", 3, "unexpected }}", "fix the action on that line"))
+    assert report.refusal().cause == "/t.tmpl: line 3: unexpected }} [parse_error]"
+    assert report.refusal().fix == "fix the action on that line; nothing was written"
+    report.add(check.Finding("duplicate_table", 7, "the table nvidia is emitted twice", "remove your table"))
+    error = report.refusal()
+    assert error.cause == ("/t.tmpl: line 3: unexpected }} [parse_error]; "
+                           "/t.tmpl: line 7: the table nvidia is emitted twice [duplicate_table]")
+    assert error.fix == ("line 3 [parse_error]: fix the action on that line; line 7 [duplicate_table]: remove your table; "
+                         "nothing was written")
+    assert str(error) == "%s; %s" % (error.cause, error.fix)
 
 
 def test_our_own_block_is_no_after_install_duplicate(sandbox):
