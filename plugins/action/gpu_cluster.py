@@ -15,11 +15,11 @@ import base64
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_step as cluster_step
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_reading as node_reading
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
 
@@ -217,7 +217,7 @@ class ActionModule(SpecAction):
 
         def execute_module(name, module_args):
             return self._execute_module(module_name=name, module_args=module_args, task_vars=task_vars)
-        return configure.read_node(execute_module, dict(
+        return node_reading.read_node(execute_module, dict(
             root=server_vars["root"], distribution=distribution, release=release or None,
             newer_release=server_vars["newer_release"], data_dir=server_vars["data_dir"] or None,
             toolkit_dirs=server_vars.get("toolkit_dirs") or []))

@@ -26,6 +26,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _restart as restart
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_reading as node_reading
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
 
 display = Display()
@@ -54,7 +55,7 @@ DOCTOR_VARS = READ_VARS + PLAN_VARS + CONFIGURE_VARS + DEVICE_PLUGIN_VARS + (
 
 def _read_node(execute_module, settings, distribution, release):
     """runtime_info's reading of the node with the role's node settings."""
-    return configure.read_node(execute_module, dict(
+    return node_reading.read_node(execute_module, dict(
         root=settings["root"], distribution=distribution, release=release or None, newer_release=settings["newer_release"],
         data_dir=settings["data_dir"] or None, toolkit_dirs=settings["toolkit_dirs"]))
 
@@ -315,7 +316,7 @@ class ActionModule(SpecAction):
         """The BinaryNames of what containerd loads that exist and are executable on the node (those detection found,
         and the others looked at one by one)."""
         found = set(r["binary"] for r in facts.runtimes + facts.release_runtimes)
-        for binary, _path in configure.loaded_runtimes(facts).values():
+        for binary, _path in node_reading.loaded_runtimes(facts).values():
             if binary and binary not in found and binary.startswith("/"):
                 looked = execute_module("ansible.builtin.stat", {"path": settings["root"].rstrip("/") + binary})
                 stat = looked.get("stat") or {}

@@ -3,19 +3,17 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""From the node's reading (a _host_state.NodeFacts) and task options to the exact file changes (controller side,
-no I/O).
+"""The plan and the file changes: from the node's reading (a _host_state.NodeFacts) and the task's options to the
+exact new text of each file (controller side, no I/O). The facts step before it is _node_reading, the write step
+after it _node_write.
 
-PRIVATE to the collection. The action plugin only applies what compute() returns.
+PRIVATE to the collection.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import tomllib
-
-from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
@@ -27,24 +25,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_ch
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
-# owner/group/mode/SELinux options of the task, passed on to every file it writes
-_NOT_FILE_ARGS = ("src", "follow", "force", "content", "backup", "remote_src", "regexp", "delimiter", "directory_mode")
-FILE_ARGS = tuple(k for k in FILE_COMMON_ARGUMENTS if k not in _NOT_FILE_ARGS)
-NEW_DIR_MODE = "0700"
-
-# Files of ours that may exist from an earlier run, by their key in the reading's files.
-_OWN_DROPINS = ("dropin_v3", "dropin_v2", "dropin")
 _TEMPLATES = ("template_v3", "template_v2")
-
-
-def backup_prefix(node_path):
-    """Where the copies of node_path go (node_files adds .<time>~): under the collection's backup directory, never in a
-    directory that k3s, rke2 or containerd import."""
-    return release_rules.BACKUP_DIR + node_path
-
-
-def host_path(root, node_path):
-    return node_path if root in ("", "/") else root.rstrip("/") + node_path
 
 
 def _change(facts, key, node_path, after, kind):
@@ -54,7 +35,7 @@ def _change(facts, key, node_path, after, kind):
         return None
     if info.get("state") not in ("absent", "file") or info.get("error"):
         planner._refuse_unusable(info, kind)
-    return {"key": key, "node_path": node_path, "path": host_path(facts.root, node_path),
+    return {"key": key, "node_path": node_path, "path": facts.host_path(node_path),
             "before": before, "after": after, "exists": info.get("state") == "file",
             "parent_exists": info.get("state") == "file" or bool(info.get("parent_exists"))}
 
@@ -97,7 +78,7 @@ def compute(facts, params):
     info = facts.files.get(target["key"]) or {}
     current = info.get("content") if info.get("state") == "file" else None
     reader = _template_reader(facts, plan, params)
-    plan["backup"] = backup_prefix(target["path"]) if params.get("backup") else None
+    plan["backup"] = release_rules.backup_prefix(target["path"]) if params.get("backup") else None
     plan["release_tables"] = _release_tables(facts, plan)
     plan["base_included"] = target["mode"] == planner.MODE_TEMPLATE and planner.template_includes_base(facts.reading, target)
     if target["mode"] == planner.MODE_DROPIN:
@@ -135,7 +116,7 @@ def compute(facts, params):
 def _earlier_file_changes(facts, plan, target, profile):
     """Our tables taken out of the files this module wrote for an earlier release or layout."""
     out = []
-    for key in _OWN_DROPINS + _TEMPLATES:
+    for key in release_rules.OWN_DROPINS + _TEMPLATES:
         if key == target["key"] or key not in facts.files:
             continue
         other = facts.files[key]
@@ -322,7 +303,7 @@ def _take_back(facts, plan, key, original, backup):
         "not put back: only the collection's runtime tables (%s) were taken out and every other edit is kept; that "
         "original is removed now%s [changed_since_written]" % (
             node_path, node_path + distro.ORIGINAL_SUFFIX, ", ".join(taken) or "none left",
-            " (a copy stays as %s.<time>~)" % backup_prefix(node_path + distro.ORIGINAL_SUFFIX) if backup else ""))
+            " (a copy stays as %s.<time>~)" % release_rules.backup_prefix(node_path + distro.ORIGINAL_SUFFIX) if backup else ""))
     change = _change(facts, key, node_path, cleaned, "original")
     return change if change["before"] != change["after"] else None
 
@@ -577,105 +558,3 @@ def _inherited_result(plan):
         return None
     return {"runtime": inherited["name"], "default_runtime": inherited.get("default"), "fallback": inherited.get("fallback"),
             "keys": sorted(inherited["keys"]), "options": sorted(inherited["options"])}
-
-
-def given_facts(params, binaries):
-    """A copy of params["node_facts"] when that reading fits this task's options, else None (read the node)."""
-    given = params.get("node_facts")
-    if not given or given.get("failed") or given.get("skipped"):
-        return None
-    options = given.get("read_options") or {}
-    fits = (options.get("include_content") is True
-            and options.get("root") == params["root"]
-            and params["distribution"] in ("auto", given.get("distribution"))
-            and params["release"] in (None, given.get("release"))
-            and options.get("data_dir") == params["data_dir"]
-            and list(options.get("toolkit_dirs") or []) == list(params["toolkit_dirs"] or [])
-            and options.get("path") == params["path"]
-            and all(b in (given.get("binaries") or {}) for b in binaries if b.startswith("/")))
-    return copy.deepcopy(dict(given)) if fits else None
-
-
-def node_validate(facts, params):
-    """The validate command for containerd's TOML: the task's own (an empty string turns it off), else on
-    plain containerd with root / the node's containerd reading the new file before it replaces the old one
-    (`config dump` fails on what containerd would refuse at start). The binary is one of the fixed paths
-    runtime_info looks at, never user input."""
-    if params.get("validate") is not None:
-        return params["validate"] or None
-    binary = facts.reading.get("containerd_binary")
-    if facts.distribution == distro.CONTAINERD and facts.root == "/" and binary:
-        return "%s --config %%s config dump" % binary
-    return None
-
-
-def _sha1(text):
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()
-
-
-# the collection's own files, by change key: removing one needs no backup (nobody else ever wrote it)
-_OWN_KEYS = _OWN_DROPINS + ("default_runtime_file", "labels_file_legacy", "cdi_spec")
-
-
-def only_ours(change):
-    """Whether only the collection ever wrote this file: its drop-ins, default-runtime file, bookkeeping, generated
-    CDI spec, or a file it created (the managed header first)."""
-    before = change.get("before") or ""
-    return (change["key"] in _OWN_KEYS or change["key"].endswith(("_orig", "_record")) or bool(change.get("mode"))
-            or before.startswith((toml.MANAGED_HEADER, toml.MANAGED_YAML_HEADER)))
-
-
-def backup_fields(change, params):
-    """node_files' backup options for one change: the copy goes under BACKUP_DIR (never into a directory k3s, rke2 or
-    containerd import), the newest BACKUP_KEEP per file are kept; a file only the collection wrote is not copied when
-    it is removed; the role's take-back (state absent) keeps no copy at all and drops the earlier ones of each file it
-    puts back or removes, so the node ends as it was before the first converge."""
-    root = change["path"][:len(change["path"]) - len(change["node_path"])]
-    fields = {"backup_to": root + backup_prefix(change["node_path"]), "backup_root": root + release_rules.BACKUP_DIR,
-              "backup_keep": release_rules.BACKUP_KEEP}
-    if change.get("keep_copy"):
-        fields["backup"] = True
-    elif params.get("_own_files") and params.get("state") == "absent":
-        fields.update(backup=False, drop_backups=True)
-    elif change["after"] is None and only_ours(change):
-        fields["backup"] = False
-    else:
-        fields["backup"] = bool(params["backup"])
-    return fields
-
-
-def write_entry(change, params):
-    """One k3s_gpu.nvidia.node_files entry: the new text (or removal) and the text it was computed from."""
-    entry = {"path": change["path"], "directory_mode": NEW_DIR_MODE,
-             "expected_state": "file" if change["exists"] else "absent",
-             "expected_sha1": (change.get("sha1") or _sha1(change["before"])) if change["exists"] else None}
-    entry.update(backup_fields(change, params))
-    if change["after"] is None:
-        entry["state"] = "absent"
-        if change.get("remove_empty_parent"):
-            entry["remove_empty_parent"] = True
-        return entry
-    entry.update(state="file", content=change["after"])
-    if change.get("mode"):
-        entry["mode"] = change["mode"]  # the collection's own bookkeeping: fixed attributes, no validation
-        return entry
-    if change["key"] != "default_runtime_file":  # the validate command is for containerd's TOML
-        entry["validate"] = params["validate"]
-    for key in FILE_ARGS:
-        if params.get(key) is not None:
-            entry[key] = params[key]
-    return entry
-
-
-def attribute_entries(facts, plan, changes, params):
-    """owner/group/mode/SELinux on the target even when its text is already right."""
-    if not any(params.get(k) is not None for k in FILE_ARGS if k != "unsafe_writes"):
-        return []
-    target_path = host_path(facts.root, plan["target"]["path"])
-    if any(c["path"] == target_path for c in changes):
-        return []  # its write entry carries the attributes
-    if (facts.files.get(plan["target"]["key"]) or {}).get("state") != "file":
-        return []
-    entry = {"path": target_path, "state": "file", "expected_state": "file"}
-    entry.update((k, params[k]) for k in FILE_ARGS if params.get(k) is not None)
-    return [entry]

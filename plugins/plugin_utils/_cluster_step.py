@@ -22,12 +22,12 @@ import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_reading as node_reading
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 GPU_OPERATOR = "gpu_operator"
@@ -166,7 +166,7 @@ def node_reports(hosts, host_vars, read_node_vars):
             # whose imports loaded_config follows, and containerd loads them at that first start
             facts = host_state.NodeFacts.from_reading(reading, "%s: %s" % (host, READING_VAR), "the runtimeclasses "
                                                       "playbook registers it from gpu_cluster's read phase: leave it as it is")
-            names += list(configure.loaded_runtimes(facts))
+            names += list(node_reading.loaded_runtimes(facts))
             handlers = sorted(set(n for n in names if n.startswith("nvidia")))
             present = bool((reading.get("gpu_operator") or {}).get("present"))
             cdi = {}

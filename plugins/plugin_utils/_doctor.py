@@ -17,11 +17,11 @@ import time
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, clause
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_reading as node_reading
 
 NODE_LAYERS = ("gpu", "driver", "toolkit", "cdi", "containerd-config", "runtime-service")
 CLUSTER_LAYERS = ("runtimeclass", "device-plugin", "allocatable", "pod")
@@ -201,7 +201,7 @@ def _check_cdi_refresh(facts, node):
 
 def _cdi_switch(facts):
     """enable_cdi in the config.toml k3s/rke2 wrote (None: not set there)."""
-    text = configure.config_text(facts, "generated_config")
+    text = node_reading.config_text(facts, "generated_config")
     if not text:
         return None
     try:
@@ -223,8 +223,8 @@ def check_containerd_config(facts, node):
         refusal = node["refusal"]  # the engine's refusal, {"cause", "fix"} (K3sGpuError.parts)
         raise Broken(refusal["cause"], refusal["fix"] or "fix what it names, then run k3s_gpu.nvidia.site")
     handlers = node.get("handlers") or []
-    loaded = configure.loaded_runtimes(facts)
-    if not configure.config_text(facts, "generated_config"):
+    loaded = node_reading.loaded_runtimes(facts)
+    if not node_reading.config_text(facts, "generated_config"):
         raise Broken("%s does not exist: k3s/rke2 has not started on this node since it was installed, or starts "
                      "without containerd" % facts.paths["config"],
                      "start it (systemctl start %s) and look at its log" % (node.get("unit") or "k3s"))

@@ -65,6 +65,10 @@ class NodeFacts:
                 raise _refuse(what, key, expected.__name__, reading, fix, variable)
         return cls(reading=reading, **dict((key, reading[key]) for key in _SECTIONS))
 
+    def host_path(self, node_path):
+        """Where node_path lies on the host that was read (the same path unless root is a sandbox tree)."""
+        return node_path if self.root in ("", "/") else self.root.rstrip("/") + node_path
+
     @property
     def handlers(self):
         """The runtime handlers the release renders itself (names)."""

@@ -190,7 +190,7 @@ def cdi_spec_changes(facts, settings):
             continue
         if spec.get("generated_by_collection"):
             devices = spec.get("devices") or []
-            return [{"key": "cdi_spec", "node_path": path, "path": changes_engine.host_path(facts.root, path),
+            return [{"key": "cdi_spec", "node_path": path, "path": facts.host_path(path),
                      "before": "%s\n# (the CDI spec of %s, %d devices: %s)\n" % (
                          distro.CDI_SPEC_MARKER, spec.get("kind"), len(devices), ", ".join(devices)),
                      "after": None, "exists": True, "parent_exists": True, "sha1": spec.get("sha1")}], []

@@ -28,6 +28,14 @@ CDI_REFRESH_OUTPUT = "/var/run/cdi/nvidia.yaml"
 # BACKUP_KEEP copies of each file are kept. A file only the collection ever wrote is not copied when it is removed.
 BACKUP_DIR = "/var/backups/k3s-gpu-nvidia"
 BACKUP_KEEP = 3
+# the drop-ins the collection writes, by their key in runtime_info's files (one per layout of the releases)
+OWN_DROPINS = ("dropin_v3", "dropin_v2", "dropin")
+
+
+def backup_prefix(node_path):
+    """Where the copies of node_path go (node_files adds .<time>~): under BACKUP_DIR, never in a directory that k3s,
+    rke2 or containerd import."""
+    return BACKUP_DIR + node_path
 
 # --- NVIDIA GPU Operator (operator mode) -----------------------------------------------------------
 # Sources: NVIDIA/gpu-operator tags v24.9.2, v25.3.4, v25.10.1, v26.3.3, v26.7.0 (values.yaml, controllers/

@@ -37,6 +37,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_write as node_write
 
 from ansible_collections.k3s_gpu.nvidia.tests import testbins
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
@@ -341,7 +342,7 @@ def test_the_validate_command_refuses_what_containerd_refuses(tmp_path, line):
     reading = {"distribution": "containerd", "release": "", "root": "/", "containerd_binary": exe, "profile": {}, "paths": {},
                "runtimes": [], "release_runtimes": [], "driver": {}, "toolkit": {}, "cdi": {}, "gpu_operator": {}, "units": [],
                "files": {}}
-    command = changes.node_validate(NodeFacts.from_reading(reading), {})
+    command = node_write.node_validate(NodeFacts.from_reading(reading), {})
     node = Node(tmp_path)
     node.write("/etc/containerd/config.toml", default_config(line))
     _plan, file_changes = node.converge(line)

@@ -16,8 +16,9 @@ import pytest
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_write as node_write
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_reading as node_reading
 from ansible_collections.k3s_gpu.nvidia.plugins.modules import runtime_info
 
 
@@ -40,12 +41,12 @@ def params(sandbox, **overrides):
 def test_a_fitting_reading_is_used_and_copied(sandbox, capsys):
     sandbox.k3s("k3s", "package")
     facts = read(sandbox, capsys)
-    used = changes.given_facts(dict(params(sandbox), node_facts=facts), [])
+    used = node_reading.given_facts(dict(params(sandbox), node_facts=facts), [])
     assert used == facts and used is not facts
     used["files"].clear()
     assert facts["files"]  # the registered variable is never modified
     # distribution auto in the task takes the reading's
-    assert changes.given_facts(dict(params(sandbox, distribution="auto"), node_facts=facts), []) is not None
+    assert node_reading.given_facts(dict(params(sandbox, distribution="auto"), node_facts=facts), []) is not None
 
 
 @pytest.mark.parametrize("read_options, overrides, binaries", [
@@ -61,15 +62,15 @@ def test_a_fitting_reading_is_used_and_copied(sandbox, capsys):
 def test_a_reading_that_does_not_fit_is_not_used(sandbox, capsys, read_options, overrides, binaries):
     sandbox.k3s("k3s", "package")
     facts = read(sandbox, capsys, **read_options)
-    assert changes.given_facts(dict(params(sandbox, **overrides), node_facts=facts), binaries) is None
+    assert node_reading.given_facts(dict(params(sandbox, **overrides), node_facts=facts), binaries) is None
 
 
 def test_failed_or_skipped_results_are_not_used(sandbox, capsys):
     sandbox.k3s("k3s", "package")
     facts = read(sandbox, capsys)
-    assert changes.given_facts(dict(params(sandbox), node_facts=dict(facts, failed=True)), []) is None
-    assert changes.given_facts(dict(params(sandbox), node_facts={"skipped": True, "changed": False}), []) is None
-    assert changes.given_facts(dict(params(sandbox), node_facts=None), []) is None
+    assert node_reading.given_facts(dict(params(sandbox), node_facts=dict(facts, failed=True)), []) is None
+    assert node_reading.given_facts(dict(params(sandbox), node_facts={"skipped": True, "changed": False}), []) is None
+    assert node_reading.given_facts(dict(params(sandbox), node_facts=None), []) is None
 
 
 @pytest.mark.parametrize("section, value, found", [("cdi", None, "a NoneType"), ("files", [], "a list"), ("paths", "x", "a str")])
@@ -113,13 +114,13 @@ def test_deciding_only_says_whether_node_files_would_run_and_writes_nothing(sand
 def test_write_entries_carry_what_the_decision_was_made_from(sandbox):
     change = {"key": "template_v3", "path": sandbox.root + "/t.tmpl", "node_path": "/t.tmpl", "before": "a\n",
               "after": "a\nb\n", "exists": True, "parent_exists": True}
-    entry = changes.write_entry(change, params(sandbox, validate="containerd config dump -c %s", mode="0640", backup=True))
+    entry = node_write.write_entry(change, params(sandbox, validate="containerd config dump -c %s", mode="0640", backup=True))
     assert entry["expected_state"] == "file" and entry["expected_sha1"] == hashlib.sha1(b"a\n").hexdigest()
     assert entry["content"] == "a\nb\n" and entry["validate"] == "containerd config dump -c %s"
     assert entry["mode"] == "0640" and entry["backup"] is True
-    created = changes.write_entry(dict(change, key="default_runtime_file", before=None, exists=False),
-                                  params(sandbox, validate="containerd config dump -c %s"))
+    created = node_write.write_entry(dict(change, key="default_runtime_file", before=None, exists=False),
+                                     params(sandbox, validate="containerd config dump -c %s"))
     assert created["expected_state"] == "absent" and created["expected_sha1"] is None
     assert "validate" not in created  # the YAML file is not containerd's TOML
-    removed = changes.write_entry(dict(change, after=None), params(sandbox))
+    removed = node_write.write_entry(dict(change, after=None), params(sandbox))
     assert removed["state"] == "absent" and "content" not in removed

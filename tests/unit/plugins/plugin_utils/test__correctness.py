@@ -22,6 +22,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as pla
 from ansible_collections.k3s_gpu.nvidia.plugins.modules import node_files
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_write as node_write
 from ansible_collections.k3s_gpu.nvidia.tests.containerd_tables import CRUN, NVIDIA_CTK_V2, RUNC_SYSTEMD, default_runtime
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
@@ -194,7 +195,7 @@ def _role_run(sandbox, capsys, state, release, runtimes=None):
     facts = detect.gather(sandbox.root, "k3s", release, binaries=[r["binary"] for r in runtimes or []])
     params = {"state": state, "handler_labels": True, "_own_files": True, "backup": True, "runtimes": runtimes}
     plan, file_changes = changes.compute(NodeFacts.from_reading(facts), params)
-    entries = [changes.write_entry(c, dict(params, validate=None)) for c in file_changes]
+    entries = [node_write.write_entry(c, dict(params, validate=None)) for c in file_changes]
     return plan, file_changes, _node_files(capsys, entries) if entries else None
 
 
@@ -230,11 +231,11 @@ def test_absent_gives_the_node_back_byte_for_byte(sandbox, capsys, release, user
 def test_removing_a_file_only_the_collection_wrote_keeps_no_copy(sandbox):
     change = {"key": "dropin_v3", "node_path": "/x/50-k3s-gpu-nvidia.toml", "path": "/r/x/50-k3s-gpu-nvidia.toml",
               "before": toml.MANAGED_HEADER + "\n", "after": None, "exists": True}
-    entry = changes.write_entry(change, {"backup": True, "validate": None})
+    entry = node_write.write_entry(change, {"backup": True, "validate": None})
     assert entry["backup"] is False
     user = dict(change, key="config", node_path="/etc/containerd/config.toml", path="/r/etc/containerd/config.toml",
                 before="version = 2\n", after="version = 2\n[x]\n")
-    entry = changes.write_entry(user, {"backup": True, "validate": None})
+    entry = node_write.write_entry(user, {"backup": True, "validate": None})
     assert entry["backup"] is True and entry["backup_keep"] == 3
     assert entry["backup_to"] == "/r/var/backups/k3s-gpu-nvidia/etc/containerd/config.toml"
 

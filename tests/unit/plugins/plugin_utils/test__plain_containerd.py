@@ -17,6 +17,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_write as node_write
 from ansible_collections.k3s_gpu.nvidia.tests.containerd_tables import RUNC_SYSTEMD, default_runtime, runtime
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
@@ -266,12 +267,12 @@ def test_k3s_kubelet_dropins_count_on_the_host_containerd(sandbox):
 
 def test_node_containerd_validates_on_a_real_root_only():
     facts = {"distribution": "containerd", "root": "/", "containerd_binary": "/usr/bin/containerd"}
-    assert changes.node_validate(typed(facts), {}) == "/usr/bin/containerd --config %s config dump"
-    assert changes.node_validate(typed(facts), {"validate": "/opt/check %s"}) == "/opt/check %s"
-    assert changes.node_validate(typed(facts), {"validate": ""}) is None
-    assert changes.node_validate(typed(dict(facts, root="/srv/image")), {}) is None  # a sandbox tree: no binary of its own runs
-    assert changes.node_validate(typed(dict(facts, containerd_binary=None)), {}) is None
-    assert changes.node_validate(typed(dict(facts, distribution="k3s")), {}) is None  # k3s renders and loads its own config
+    assert node_write.node_validate(typed(facts), {}) == "/usr/bin/containerd --config %s config dump"
+    assert node_write.node_validate(typed(facts), {"validate": "/opt/check %s"}) == "/opt/check %s"
+    assert node_write.node_validate(typed(facts), {"validate": ""}) is None
+    assert node_write.node_validate(typed(dict(facts, root="/srv/image")), {}) is None  # a sandbox tree: no binary of its own runs
+    assert node_write.node_validate(typed(dict(facts, containerd_binary=None)), {}) is None
+    assert node_write.node_validate(typed(dict(facts, distribution="k3s")), {}) is None  # k3s renders and loads its own config
 
 
 def test_gather_names_the_node_containerd_binary(sandbox):

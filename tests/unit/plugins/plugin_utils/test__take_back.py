@@ -20,6 +20,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_write as node_write
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
 
 RELEASE = "v1.32.2+k3s1"  # containerd 2.0, no drop-ins: the user's template is edited in place
@@ -84,7 +85,7 @@ def test_the_first_edit_keeps_the_original_and_records_what_it_left(sandbox, dis
     assert found[path + distro.RECORD_SUFFIX]["after"] == record(path, edited)
     order = [c["node_path"] for c in file_changes]  # node_files applies in order: the original is kept first
     assert order.index(path + distro.ORIGINAL_SUFFIX) < order.index(path) < order.index(path + distro.RECORD_SUFFIX)
-    entry = changes.write_entry(kept, {"backup": False, "validate": "containerd --config %s config dump", "mode": "0644"})
+    entry = node_write.write_entry(kept, {"backup": False, "validate": "containerd --config %s config dump", "mode": "0644"})
     assert entry["expected_state"] == "absent" and entry["mode"] == "0600" and "validate" not in entry
 
 
@@ -184,7 +185,7 @@ def test_our_directories_go_with_our_files(sandbox):
     pruned = sorted(c["node_path"] for c in file_changes if c.get("remove_empty_parent"))
     assert pruned == ["/etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml",
                       "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml"]
-    entry = changes.write_entry(file_changes[0], {"backup": False, "validate": None})
+    entry = node_write.write_entry(file_changes[0], {"backup": False, "validate": None})
     assert entry["state"] == "absent" and entry["remove_empty_parent"] is True
 
 
@@ -238,7 +239,7 @@ def test_absent_removes_only_the_cdi_spec_the_role_generated(sandbox, spec_path,
     assert bool(extra) is removed and bool(warnings) is warned
     if removed:
         assert extra[0]["after"] is None and extra[0]["sha1"] == hashlib.sha1(text.encode()).hexdigest()
-        assert changes.write_entry(extra[0], {"backup": True, "validate": None})["expected_sha1"] == extra[0]["sha1"]
+        assert node_write.write_entry(extra[0], {"backup": True, "validate": None})["expected_sha1"] == extra[0]["sha1"]
 
 
 @pytest.mark.parametrize("path, marker", [

@@ -1,0 +1,139 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The write step: the file changes of _changes.compute as k3s_gpu.nvidia.node_files entries (each written only if
+the file is still the text the change was computed from), one node_files execution, and each file's outcome in the
+task's result.
+
+PRIVATE to the collection. Controller side."""
+
+from __future__ import annotations
+
+import hashlib
+
+from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+
+# owner/group/mode/SELinux options of the task, passed on to every file it writes
+_NOT_FILE_ARGS = ("src", "follow", "force", "content", "backup", "remote_src", "regexp", "delimiter", "directory_mode")
+FILE_ARGS = tuple(k for k in FILE_COMMON_ARGUMENTS if k not in _NOT_FILE_ARGS)
+NEW_DIR_MODE = "0700"
+
+
+def write(result, facts, plan, changes, params, execute_module, own_files, write_now=True):
+    """Write the changes on the node (one node_files execution) and note each file's outcome in result["files"].
+    write_now=False: only result["write_due"], whether node_files would run."""
+    params["validate"] = node_validate(facts, params)
+    entries = [write_entry(change, params) for change in changes]
+    entries += attribute_entries(facts, plan, changes, params)
+    if not write_now:
+        result["write_due"] = bool(entries)
+        return result
+    if not entries:
+        return result
+    written = execute_module("k3s_gpu.nvidia.node_files", dict(files=entries))
+    outcomes = written.get("files") or []
+    for entry, outcome, change in zip(result["files"], outcomes, changes):
+        entry["backup_file"] = outcome.get("backup_file")
+        if own_files and not entry["backup_file"] and change["before"] is not None and change["key"] != "cdi_spec":
+            # no copy on the node (the take-back keeps none): a rollback after a failed restart writes this text back
+            entry["restore_content"] = change["before"]
+        if outcome.get("parent_removed"):
+            entry["parent_removed"] = outcome["parent_removed"]  # an emptied directory of ours (state absent)
+    if any(o.get("action") == "attributes" for o in outcomes[len(changes):]):
+        result["changed"] = True
+    if written.get("failed"):
+        # files applied before the failure stay applied; report exactly those
+        result.update(failed=True, changed=bool(outcomes), files=result["files"][:len(outcomes)],
+                      msg="writing the containerd files failed: %s" % written.get("msg"))
+    return result
+
+
+def node_validate(facts, params):
+    """The validate command for containerd's TOML: the task's own (an empty string turns it off), else on
+    plain containerd with root / the node's containerd reading the new file before it replaces the old one
+    (`config dump` fails on what containerd would refuse at start). The binary is one of the fixed paths
+    runtime_info looks at, never user input."""
+    if params.get("validate") is not None:
+        return params["validate"] or None
+    binary = facts.reading.get("containerd_binary")
+    if facts.distribution == distro.CONTAINERD and facts.root == "/" and binary:
+        return "%s --config %%s config dump" % binary
+    return None
+
+
+def _sha1(text):
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+# the collection's own files, by change key: removing one needs no backup (nobody else ever wrote it)
+_OWN_KEYS = release_rules.OWN_DROPINS + ("default_runtime_file", "labels_file_legacy", "cdi_spec")
+
+
+def only_ours(change):
+    """Whether only the collection ever wrote this file: its drop-ins, default-runtime file, bookkeeping, generated
+    CDI spec, or a file it created (the managed header first)."""
+    before = change.get("before") or ""
+    return (change["key"] in _OWN_KEYS or change["key"].endswith(("_orig", "_record")) or bool(change.get("mode"))
+            or before.startswith((toml.MANAGED_HEADER, toml.MANAGED_YAML_HEADER)))
+
+
+def backup_fields(change, params):
+    """node_files' backup options for one change: the copy goes under BACKUP_DIR (never into a directory k3s, rke2 or
+    containerd import), the newest BACKUP_KEEP per file are kept; a file only the collection wrote is not copied when
+    it is removed; the role's take-back (state absent) keeps no copy at all and drops the earlier ones of each file it
+    puts back or removes, so the node ends as it was before the first converge."""
+    root = change["path"][:len(change["path"]) - len(change["node_path"])]
+    fields = {"backup_to": root + release_rules.backup_prefix(change["node_path"]), "backup_root": root + release_rules.BACKUP_DIR,
+              "backup_keep": release_rules.BACKUP_KEEP}
+    if change.get("keep_copy"):
+        fields["backup"] = True
+    elif params.get("_own_files") and params.get("state") == "absent":
+        fields.update(backup=False, drop_backups=True)
+    elif change["after"] is None and only_ours(change):
+        fields["backup"] = False
+    else:
+        fields["backup"] = bool(params["backup"])
+    return fields
+
+
+def write_entry(change, params):
+    """One k3s_gpu.nvidia.node_files entry: the new text (or removal) and the text it was computed from."""
+    entry = {"path": change["path"], "directory_mode": NEW_DIR_MODE,
+             "expected_state": "file" if change["exists"] else "absent",
+             "expected_sha1": (change.get("sha1") or _sha1(change["before"])) if change["exists"] else None}
+    entry.update(backup_fields(change, params))
+    if change["after"] is None:
+        entry["state"] = "absent"
+        if change.get("remove_empty_parent"):
+            entry["remove_empty_parent"] = True
+        return entry
+    entry.update(state="file", content=change["after"])
+    if change.get("mode"):
+        entry["mode"] = change["mode"]  # the collection's own bookkeeping: fixed attributes, no validation
+        return entry
+    if change["key"] != "default_runtime_file":  # the validate command is for containerd's TOML
+        entry["validate"] = params["validate"]
+    for key in FILE_ARGS:
+        if params.get(key) is not None:
+            entry[key] = params[key]
+    return entry
+
+
+def attribute_entries(facts, plan, changes, params):
+    """owner/group/mode/SELinux on the target even when its text is already right."""
+    if not any(params.get(k) is not None for k in FILE_ARGS if k != "unsafe_writes"):
+        return []
+    target_path = facts.host_path(plan["target"]["path"])
+    if any(c["path"] == target_path for c in changes):
+        return []  # its write entry carries the attributes
+    if (facts.files.get(plan["target"]["key"]) or {}).get("state") != "file":
+        return []
+    entry = {"path": target_path, "state": "file", "expected_state": "file"}
+    entry.update((k, params[k]) for k in FILE_ARGS if params.get(k) is not None)
+    return [entry]
