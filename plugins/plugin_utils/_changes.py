@@ -77,12 +77,13 @@ def compute(facts, params):
     profile = facts.profile
     info = facts.files.get(target["key"]) or {}
     current = info.get("content") if info.get("state") == "file" else None
-    reader = _template_reader(facts, plan, params)
+    default_flag = _flag_default_runtime(facts, plan)  # what k3s passes to its base after the next start
+    reader = _template_reader(facts, plan, params, default_flag)
     plan["backup"] = release_rules.backup_prefix(target["path"]) if params.get("backup") else None
     plan["release_tables"] = _release_tables(facts, plan)
     plan["base_included"] = target["mode"] == planner.MODE_TEMPLATE and planner.template_includes_base(facts.reading, target)
     if target["mode"] == planner.MODE_DROPIN:
-        plan["inherited"] = _layered_default_runtime(facts, plan, target)
+        plan["inherited"] = _layered_default_runtime(facts, plan, target, default_flag)
     if reader is not None and reader.normalized is not None and target["mode"] == planner.MODE_TEMPLATE:
         current = reader.normalized  # opted in: the edit starts from the clean text (BOM and CR removed)
     # a template is checked whole right after (_check_rendered), composed with the base it really gets
@@ -90,7 +91,7 @@ def compute(facts, params):
                                checked_after=target["mode"] == planner.MODE_TEMPLATE and facts.distribution != distro.CONTAINERD)
     after = applied.text
     plan["removed_for_base"], plan["removed_stale"] = applied.removed_for_base, applied.removed_stale
-    _check_rendered(facts, plan, params, reader, current, after)
+    _check_rendered(facts, plan, params, reader, after, default_flag)
     note = toml.inheritance_note(plan.get("inherited_from")) if plan["state"] == "present" and plan["write"] else None
     if note:
         plan["notes"].append(note)
@@ -329,7 +330,7 @@ def _release_tables(facts, plan):
     return result
 
 
-def _layered_default_runtime(facts, plan, target):
+def _layered_default_runtime(facts, plan, target, default_flag):
     """The default runtime's table as containerd sees it around our drop-in: the root config (plain containerd) or the
     base k3s renders with the user's template (k3s/rke2), then every other drop-in of the directory in import order.
     A drop-in or template that makes another runtime the default is followed (nvidia-ctk's rule)."""
@@ -345,8 +346,7 @@ def _layered_default_runtime(facts, plan, target):
                     "%s: %s [toml_invalid]" % (config["path"], exc),
                     fix="containerd cannot load it either. Fix that line; nothing was written")
     else:
-        params = template_check.base_params(facts, facts.profile, list(facts.release_runtimes),
-                                            _flag_default_runtime(facts, plan))
+        params = template_check.base_params(facts, facts.profile, list(facts.release_runtimes), default_flag)
         layers.append(toml.loads(k3s_base.render_base(facts.profile, schema, params)))
         template = facts.files.get(target.get("template") or "") or {}
         if template.get("content"):
@@ -449,7 +449,7 @@ def _check_args(facts, params):
         raise K3sGpuError("{target_release}: %s" % exc.cause, exc.fix, ("target_release",) + exc.variables) from exc
 
 
-def _template_reader(facts, plan, params):
+def _template_reader(facts, plan, params, default_flag):
     """Check the template k3s/rke2 reads as it is now: refuse what breaks the node before anything is
     decided on top of it. Returns the report (None: no template, or plain containerd)."""
     if facts.distribution == distro.CONTAINERD:
@@ -463,8 +463,7 @@ def _template_reader(facts, plan, params):
     edit_in_place = target["mode"] == planner.MODE_TEMPLATE and target["key"] == key
     # a template edited in place is checked whole once, as it will be written (_check_rendered)
     report = template_check.check(info["content"], info["path"], facts, schema,
-                                  default_runtime=_flag_default_runtime(facts, plan),
-                                  target_profile=_check_args(facts, params),
+                                  default_runtime=default_flag, target_profile=_check_args(facts, params),
                                   normalize=bool(params.get("normalize_encoding")), light=edit_in_place,
                                   cache=params.get("_check_cache"))
     report.schema = schema
@@ -504,14 +503,14 @@ def refusal_before_install(facts):
     return report.refusal(blocking) if blocking else None
 
 
-def _check_rendered(facts, plan, params, reader, before, after):
+def _check_rendered(facts, plan, params, reader, after, default_flag):
     """The template we are about to write, rendered for the node now, after the toolkit install and on
     target_release: refuse anything that would break it (nothing is written then)."""
     target = plan["target"]
     if facts.distribution == distro.CONTAINERD or target["mode"] != planner.MODE_TEMPLATE or after is None:
         return
     schema = target["schema"] if reader is None else reader.schema
-    report = template_check.check(after, target["path"], facts, schema, default_runtime=_flag_default_runtime(facts, plan),
+    report = template_check.check(after, target["path"], facts, schema, default_runtime=default_flag,
                                   target_profile=_check_args(facts, params), ours={r["name"] for r in plan["write"]},
                                   cache=params.get("_check_cache"))
     _record(plan, report, replace=True)
