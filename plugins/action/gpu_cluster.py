@@ -82,7 +82,7 @@ class ActionModule(SpecAction):
         this run (the role's host step read its manifests' digests): the decision goes into the entry as `result`,
         the one the cluster step would have returned, and no module runs for the cluster. Anything this cannot tell
         (no reading, a partial run that keeps earlier RuntimeClasses, a follow-up, a refusal) is left to the writer."""
-        server = self._facts_in_run(entry["writer"])
+        server = self._facts_in_run(entry["writer"], readings=True)
         manifests = server.reading.get("manifests") if server is not None else None
         if not entry["leader"] or not isinstance(manifests, dict):
             return
@@ -189,11 +189,16 @@ class ActionModule(SpecAction):
         decided["follow_up"] = bool(decided["chart_archives"]) or (decided["runtimeclasses"] or {}).get("method") == "api"
         return decided, server, cluster
 
-    def _facts_in_run(self, host):
-        """The host's reading by the role's host step in this run (a NodeFacts), or None."""
-        own = self._registered(host).get("gpu_node_result")
+    def _facts_in_run(self, host, readings=False):
+        """The host's reading by the role's host step in this run (a NodeFacts), or None. readings: else the
+        runtimeclasses playbook's reading of it (gpu_cluster's read phase), where it has one."""
+        registered = self._registered(host)
+        own = registered.get("gpu_node_result")
         if isinstance(own, dict) and isinstance(own.get("node"), dict):
             return host_state.HostState.from_result(own["node"], "%s: gpu_node_result.node" % host).facts
+        reading = registered.get(cluster_step.READING_VAR) if readings else None
+        if isinstance(reading, dict) and reading and not (reading.get("failed") or reading.get("skipped")):
+            return cluster_step.playbook_reading(host, reading)
         return None
 
     def _read_server(self, cluster, writer_vars, server_vars, task_vars):

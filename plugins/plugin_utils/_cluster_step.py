@@ -164,9 +164,7 @@ def node_reports(hosts, host_vars, read_node_vars):
             names += list((reading.get("loaded_config") or {}).get("runtimes") or [])
             # the drop-ins the collection (or another) wrote: before k3s/rke2 has started once there is no config.toml
             # whose imports loaded_config follows, and containerd loads them at that first start
-            facts = host_state.NodeFacts.from_reading(reading, "%s: %s" % (host, READING_VAR), "the runtimeclasses "
-                                                      "playbook registers it from gpu_cluster's read phase: leave it as it is")
-            names += list(node_reading.loaded_runtimes(facts))
+            names += list(node_reading.loaded_runtimes(playbook_reading(host, reading)))
             handlers = sorted(set(n for n in names if n.startswith("nvidia")))
             present = bool((reading.get("gpu_operator") or {}).get("present"))
             cdi = {}
@@ -182,6 +180,12 @@ def node_reports(hosts, host_vars, read_node_vars):
             node.update(read_node_vars(host))
         nodes.append(node)
     return nodes, complete
+
+
+def playbook_reading(host, reading):
+    """The runtimeclasses playbook's reading of a host (its READING_VAR, gpu_cluster's read phase) as a NodeFacts."""
+    return host_state.NodeFacts.from_reading(reading, "%s: %s" % (host, READING_VAR), "the runtimeclasses playbook "
+                                             "registers it from gpu_cluster's read phase: leave it as it is")
 
 
 def earlier_handlers(manifest_text):

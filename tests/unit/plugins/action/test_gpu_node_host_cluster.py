@@ -218,6 +218,38 @@ def test_a_cluster_whose_manifests_are_as_they_would_be_written_gets_no_writer(s
     assert cluster_plan(read_node())["clusters"][0]["leader"] == "gpu1"
 
 
+def test_the_runtimeclasses_playbooks_reading_skips_a_cluster_whose_manifest_is_as_it_would_be_written(sandbox):
+    # the runtimeclasses playbook: no role in the run, each host read by gpu_cluster's read phase (runtimeclasses__info)
+    sandbox.k3s("k3s", "package")
+    node_vars = {"gpu_node_root": sandbox.root, "gpu_node_release": RELEASE}
+
+    def read_node():
+        reading = make(gpu_cluster, {"phase": "read"}).run(task_vars=dict(node_vars, inventory_hostname="gpu1", hostvars={}))
+        assert not reading.get("failed"), reading.get("msg")
+        return {"gpu1": dict(node_vars, **{cluster_step.READING_VAR: reading})}
+
+    def plan(hostvars):
+        action = make(gpu_cluster, {"phase": "plan", "hosts": ["gpu1"], "pattern_hosts": ["gpu1"], "servers": ["gpu1"],
+                                    "objects": [cluster_step.RUNTIMECLASSES], "skip_unchanged": True})
+        result = action.run(task_vars={"hostvars": hostvars, "ansible_play_hosts": ["gpu1"]})
+        assert not result.get("failed"), result.get("msg")
+        return result["clusters"][0]
+
+    first = plan(read_node())
+    assert first["leader"] == "gpu1" and "result" not in first  # no manifest yet: the writer writes it
+    written = make(gpu_cluster, {"cluster": first, "objects": [cluster_step.RUNTIMECLASSES]}).run(
+        task_vars={"hostvars": read_node()})
+    assert written["changed"] and [f["action"] for f in written["files"]] == ["created"], written
+    snapshot = sandbox.snapshot()
+    again = plan(read_node())
+    assert again["leader"] is None and again["result"]["changed"] is False and again["result"]["files"] == []
+    assert again["result"]["msg"] == written["msg"] and sandbox.snapshot() == snapshot
+    # a manifest that differs from what would be written gets its writer again
+    manifest = "/var/lib/rancher/k3s/server/manifests/k3s-gpu-nvidia-runtimeclasses.yaml"
+    sandbox.write(manifest, sandbox.read(manifest).decode() + "# edited\n", mode=0o600)
+    assert plan(read_node())["leader"] == "gpu1"
+
+
 def test_a_cluster_write_that_fails_reports_the_message_not_the_decision(sandbox):
     sandbox.k3s("k3s", "package")
     sandbox.write("/var/lib/rancher/k3s/server", "not a directory\n")  # the manifests directory cannot be made
