@@ -130,6 +130,9 @@ class ActionModule(SpecAction):
     def _apply(self, result, args, task_vars):
         decided, server, cluster = self._decide(args["cluster"], list(args["objects"]), task_vars)
         writer = cluster["writer"]
+        manifests = server.reading.get("manifests")
+        if decided["files"] and isinstance(manifests, dict) and cluster_step.unchanged_on_server(decided["files"], manifests):
+            decided = dict(decided, files=[])  # the server's reading shows each manifest as it would be written
         if decided["files"]:
             written = self._execute_module(module_name="k3s_gpu.nvidia.node_files",
                                            module_args={"files": decided["files"]}, task_vars=task_vars)

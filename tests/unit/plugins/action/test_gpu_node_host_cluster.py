@@ -244,6 +244,15 @@ def test_the_runtimeclasses_playbooks_reading_skips_a_cluster_whose_manifest_is_
     again = plan(read_node())
     assert again["leader"] is None and again["result"]["changed"] is False and again["result"]["files"] == []
     assert again["result"]["msg"] == written["msg"] and sandbox.snapshot() == snapshot
+    # the writer itself, given the cluster all the same (the gpu_operator playbook plans no skip): it reads the server
+    # and runs no node_files where the reading shows the manifest as it would be written
+    writer = make(gpu_cluster, {"cluster": first, "objects": [cluster_step.RUNTIMECLASSES]})
+    ran = []
+    writer._execute_module = lambda module_name, module_args, task_vars: ran.append(module_name) or run_node_module(
+        module_name, module_args, False)
+    unchanged = writer.run(task_vars={"hostvars": read_node()})
+    assert ran == ["k3s_gpu.nvidia.runtime_info"] and not unchanged["changed"] and unchanged["files"] == []
+    assert unchanged["msg"] == written["msg"] and sandbox.snapshot() == snapshot
     # a manifest that differs from what would be written gets its writer again
     manifest = "/var/lib/rancher/k3s/server/manifests/k3s-gpu-nvidia-runtimeclasses.yaml"
     sandbox.write(manifest, sandbox.read(manifest).decode() + "# edited\n", mode=0o600)
