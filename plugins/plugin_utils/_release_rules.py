@@ -37,6 +37,7 @@ def backup_prefix(node_path):
     rke2 or containerd import."""
     return BACKUP_DIR + node_path
 
+
 # --- NVIDIA GPU Operator (operator mode) -----------------------------------------------------------
 # Sources: NVIDIA/gpu-operator tags v24.9.2, v25.3.4, v25.10.1, v26.3.3, v26.7.0 (values.yaml, controllers/
 # object_controls.go RuntimeClasses(), state_manager.go), tests/unit/fixtures/gpu_operator/README.md, k3s-facts §8.3.
