@@ -15,7 +15,6 @@ import base64
 import time
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.utils.display import Display
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
@@ -98,7 +97,7 @@ class ActionModule(SpecAction):
                 except K3sGpuError as exc:
                     return host_step.failed(result, "%s: %s. Nothing was changed." % (self._host, exc))
             if phase == "plan":
-                return self._settled(self._plan(result, settings, task_vars, execute_module), task_vars, handler=False)
+                return self._plan(result, settings, task_vars, execute_module)
             if phase == "reread":
                 return self._reread(result, settings, state, execute_module)
             if phase == "restart":
@@ -108,7 +107,7 @@ class ActionModule(SpecAction):
             if phase == "doctor":
                 return self._doctor(result, settings, task_vars, execute_module)
             result["reboot_required"] = bool(self._templar.template(task_vars.get("gpu_node_reboot_required", False)))
-            return self._settled(self._configure(result, settings, state.facts, state.plan, execute_module), task_vars)
+            return self._configure(result, settings, state.facts, state.plan, execute_module)
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
 
@@ -151,18 +150,6 @@ class ActionModule(SpecAction):
         if result.get("changed") and not result.get("failed") and not restarts:
             reason = restart.why_not(bool(self._task.check_mode), settings["restart"], plan.live, facts.units)
             display.display(restart.not_restarted(self._host, facts.units[0] if facts.units else facts.distribution, reason))
-        return result
-
-    def _settled(self, result, task_vars, handler=True):
-        """A host where nothing is due (and, after a task that notifies the restart handler, nothing changed): no later
-        task of the role reads its host state, and the cluster step reads it only on a server. Where
-        gpu_node__keep_host_state is false (the site playbook, on every host that is not a server) gpu_node_result has
-        no `node` then: the controller handles each host's result, and the host state is most of it."""
-        settled = not any(result.get(key) for key in ("failed", "install_due", "configure_due")) and not (
-            handler and result.get("changed"))
-        keep = self._templar.template(task_vars.get("gpu_node__keep_host_state", True))
-        if settled and "node" in result and not boolean(keep, strict=False):
-            del result["node"]
         return result
 
     def _release_settings(self, settings, task_vars):

@@ -67,23 +67,6 @@ def test_a_node_is_configured_once_then_left_as_it_is(sandbox):
     assert second["changed"] is False and sandbox.snapshot() == snapshot
 
 
-def test_a_host_that_is_no_server_keeps_no_host_state_where_nothing_is_due(sandbox):
-    # the site playbook sets gpu_node__keep_host_state false on every host that is not a server: where nothing is due
-    # after the host step, no task reads gpu_node_result.node (the cluster step reads a server's only)
-    sandbox.k3s("k3s", "package")
-    converged = host_step(sandbox, gpu_node__keep_host_state=False)
-    assert converged["changed"] and not converged["configure_due"] and "node" not in converged  # written by the step
-    assert "node" in host_step(sandbox)  # the role alone, or a server: kept
-    settled = host_step(sandbox, gpu_node__keep_host_state="false")
-    assert not settled["changed"] and "node" not in settled
-    assert settled["handlers"] == converged["handlers"] and settled["status"] == converged["status"]
-    # a change the restart handler follows keeps it: the handler restarts, verifies and rolls back from it
-    planned = host_step(sandbox, check_mode=True, gpu_node_default_runtime="nvidia")  # nothing written: kept
-    live = host_step(sandbox, {"phase": "configure", "node": planned["node"]}, gpu_node__keep_host_state=False,
-                     gpu_node_default_runtime="nvidia")
-    assert live["changed"] and "node" in live, live.get("msg")
-
-
 def test_the_result_holds_the_settings_the_role_tasks_read(sandbox):
     # the role's task files read gpu_node__settings (gpu_node_result.settings): the user's values, else the spec's defaults
     sandbox.k3s("k3s", "package")
