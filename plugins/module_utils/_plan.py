@@ -157,10 +157,11 @@ def _refuse_cri_disabled(info):
     if found:
         raise K3sGpuError(
             "%s: line %d: disabled_plugins turns off containerd's CRI plugin (%s), so the kubelet cannot use this "
-            "containerd at all (Docker's containerd.io package ships such a file, for Docker alone) [cri_disabled]. "
-            "Nothing was written. Fix: write containerd's own config (`containerd config default > %s`, then "
-            "your changes) or remove %s from disabled_plugins, then run the role again" % (
-                info["path"], found[1], json.dumps(found[0]), info["path"], json.dumps(found[0])))
+            "containerd at all (Docker's containerd.io package ships such a file, for Docker alone) [cri_disabled]" % (
+                info["path"], found[1], json.dumps(found[0])),
+            fix="write containerd's own config (`containerd config default > %s`, then your changes) or remove %s "
+                "from disabled_plugins, then run the role again; nothing was written" % (
+                    info["path"], json.dumps(found[0])))
 
 
 def _select_containerd(facts, path):
@@ -197,12 +198,13 @@ def _config_schema(info, profile):
         if _has_toml_content(info.get("content")):
             raise K3sGpuError(
                 "%s has no `version` line, so containerd reads it with the version 1 schema (plugin names such as "
-                "\"cri\") and would ignore runtime tables written for version %d [config_version_1]. Nothing was "
-                "written. containerd %s reads config versions %s (`containerd config default` writes %d): rewrite the file "
-                "for version %d, with `version = %d` at the top and the plugin names of that version, or start from "
-                "`containerd config default`, then run the role again" % (
-                    info["path"], profile["schema"], profile["containerd"],
-                    ", ".join(str(v) for v in range(1, highest + 1)), highest, profile["schema"], profile["schema"]))
+                "\"cri\") and would ignore runtime tables written for version %d [config_version_1]" % (
+                    info["path"], profile["schema"]),
+                fix="containerd %s reads config versions %s (`containerd config default` writes %d): rewrite the file "
+                    "for version %d, with `version = %d` at the top and the plugin names of that version, or start "
+                    "from `containerd config default`, then run the role again; nothing was written" % (
+                        profile["containerd"], ", ".join(str(v) for v in range(1, highest + 1)), highest,
+                        profile["schema"], profile["schema"]))
         return profile["schema"]
     if version == 4 and highest == 3:
         # containerd 2.0-2.2 (message checked with 2.2.7)
@@ -289,7 +291,8 @@ def check_runtime_name(name):
         raise K3sGpuError(
             "runtime name %r is not valid: a containerd handler used by a RuntimeClass must be a "
             "lowercase DNS label (a-z, 0-9 and '-', at most 63 characters, no quotes, dots, spaces "
-            "or newlines). Rename it, for example to 'nvidia-custom'" % (name,))
+            "or newlines)" % (name,),
+            fix="rename it, for example to 'nvidia-custom'")
 
 
 def check_runtime_binary(name, binary, binary_info):
@@ -298,14 +301,15 @@ def check_runtime_binary(name, binary, binary_info):
                           "/usr/bin/nvidia-container-runtime" % (name, binary))
     state = (binary_info or {}).get("state")
     if state in ("absent", "dangling", None):
-        raise K3sGpuError("runtime %s: binary %s does not exist on the node%s. Install the NVIDIA "
-                          "container toolkit (nvidia-container-toolkit-operator-extensions for the .cdi "
-                          "and .legacy binaries) or fix the path" % (
-                              name, binary, " (dangling symlink)" if state == "dangling" else ""))
+        raise K3sGpuError(
+            "runtime %s: binary %s does not exist on the node%s" % (
+                name, binary, " (dangling symlink)" if state == "dangling" else ""),
+            fix="install the NVIDIA container toolkit (nvidia-container-toolkit-operator-extensions for the .cdi "
+                "and .legacy binaries) or fix the path")
     if state == "directory":
         raise K3sGpuError("runtime %s: binary %s is a directory" % (name, binary))
     if not binary_info.get("executable"):
-        raise K3sGpuError("runtime %s: binary %s is not executable (chmod 0755 it)" % (name, binary))
+        raise K3sGpuError("runtime %s: binary %s is not executable" % (name, binary), fix="chmod 0755 it")
 
 
 def check_options(name, runtime_type, options):
@@ -458,9 +462,9 @@ def _plan_runtimes(plan, wanted, renders, target, label):
         else:
             raise K3sGpuError(
                 "runtime %s: %s renders this runtime itself with %s, and %s cannot declare its table a "
-                "second time (containerd would refuse the config and k3s would restart in a loop). Use "
-                "another runtime name, or remove that binary so k3s does not detect it" % (
-                    runtime["name"], label, rendered["binary"], target["path"]))
+                "second time (containerd would refuse the config and k3s would restart in a loop)" % (
+                    runtime["name"], label, rendered["binary"], target["path"]),
+                fix="use another runtime name, or remove that binary so k3s does not detect it")
 
 
 def _plan_default_runtime(facts, plan, name, renders, label):

@@ -150,8 +150,8 @@ def _check_resource_name(name):
     if name.startswith(_HUGEPAGES_PREFIX) and _QUANTITY.match(name[len(_HUGEPAGES_PREFIX):]):
         return str(name)
     raise K3sGpuError(
-        "overhead: resource name %r is not one Kubernetes accepts in overhead.podFixed: use cpu, memory, "
-        "ephemeral-storage, hugepages-<size> or a domain-qualified extended resource" % (name,))
+        "overhead: resource name %r is not one Kubernetes accepts in overhead.podFixed" % (name,),
+        fix="use cpu, memory, ephemeral-storage, hugepages-<size> or a domain-qualified extended resource")
 
 
 def _check_quantity(name, value):
@@ -182,8 +182,7 @@ def check_overhead(overhead):
             "{'cpu': '250m', 'memory': '64Mi'}, got %s %r" % (type_name(overhead), overhead))
     if "podFixed" in overhead:
         raise K3sGpuError(
-            "overhead is the podFixed map itself: pass {'cpu': '250m', 'memory': '64Mi'}, "
-            "not {'podFixed': {...}}")
+            "overhead is the podFixed map itself", fix="pass {'cpu': '250m', 'memory': '64Mi'}, not {'podFixed': {...}}")
     result = {}
     for name, value in overhead.items():
         name = _check_resource_name(name)

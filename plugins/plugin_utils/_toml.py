@@ -344,7 +344,7 @@ def _loads(masked, path):
     try:
         return loads(masked)
     except tomllib.TOMLDecodeError as exc:
-        raise K3sGpuError("%s: %s [toml_invalid]. Fix that line; nothing was written" % (path, exc))
+        raise K3sGpuError("%s: %s [toml_invalid]" % (path, exc), fix="fix that line; nothing was written")
 
 
 # --- the edit ------------------------------------------------------------------------------------
@@ -480,7 +480,7 @@ def edit_target(text, plan, file_path, is_template, profile, created_by_us=None,
     try:
         data, tables = read(lines)
     except tomllib.TOMLDecodeError as exc:
-        raise K3sGpuError("%s: %s [toml_invalid]. Fix that line; nothing was written" % (file_path, exc))
+        raise K3sGpuError("%s: %s [toml_invalid]" % (file_path, exc), fix="fix that line; nothing was written")
     edit = Edit(lines)
     reserved = set(tuple(t) for t in plan.get("reserved_tables") or [])
     removed_for_base = _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, file_path, profile)
@@ -523,10 +523,10 @@ def _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, f
         if name not in renders:
             raise K3sGpuError(
                 "%s: line %d: [%s] is already emitted by the base template of %s %s, so containerd would "
-                "refuse the config (`table already exists`) and k3s would restart in a loop [duplicate_table]. Remove "
-                "that table from the template (a drop-in or default-runtime: in config.yaml is the way to change "
-                "it); nothing was written" % (file_path, table.start + 1, _key_text(table.path), profile["distribution"],
-                                              profile["release"]))
+                "refuse the config (`table already exists`) and k3s would restart in a loop [duplicate_table]" % (
+                    file_path, table.start + 1, _key_text(table.path), profile["distribution"], profile["release"]),
+                fix="remove that table from the template (a drop-in or default-runtime: in config.yaml is the way to "
+                    "change it); nothing was written")
         if name in handled:
             continue
         handled.add(name)

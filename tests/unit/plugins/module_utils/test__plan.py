@@ -61,6 +61,32 @@ def test_non_executable_and_dangling_binary(sandbox):
             changes.compute(NodeFacts.from_reading(facts), {"runtimes": [{"name": "custom", "binary": binary}]})
 
 
+def test_a_refusal_gives_its_fix_apart_from_its_cause(sandbox):
+    """cri_disabled and a binary that is not executable: the cause says what is wrong, the fix what to do (the
+    doctor and a task's `error` read the fix on its own), and the refusal that writes nothing says so last."""
+    sandbox.binary("/usr/bin/containerd")
+    sandbox.write("/etc/containerd/config.toml", 'version = 2\ndisabled_plugins = ["cri"]\n')
+    before = sandbox.snapshot()
+    facts = detect.gather(sandbox.root, "containerd", "2.1.4")
+    with pytest.raises(K3sGpuError) as raised:
+        changes.compute(NodeFacts.from_reading(facts), {})
+    error = raised.value
+    assert error.cause.endswith("for Docker alone) [cri_disabled]")
+    assert "Fix" not in error.cause and "written" not in error.cause
+    assert error.fix.startswith("write containerd's own config (`containerd config default > /etc/containerd/config.toml`")
+    assert error.fix.endswith('or remove "cri" from disabled_plugins, then run the role again; nothing was written')
+    assert str(error) == "%s; %s" % (error.cause, error.fix)
+    assert sandbox.snapshot() == before
+
+    sandbox.k3s().binary("/opt/x/rt", mode=0o644)
+    facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", binaries=["/opt/x/rt"])
+    with pytest.raises(K3sGpuError) as raised:
+        changes.compute(NodeFacts.from_reading(facts), {"runtimes": [{"name": "custom", "binary": "/opt/x/rt"}]})
+    error = raised.value
+    assert (error.cause, error.fix) == ("runtime custom: binary /opt/x/rt is not executable", "chmod 0755 it")
+    assert str(error) == "runtime custom: binary /opt/x/rt is not executable; chmod 0755 it"
+
+
 def test_option_typo_is_caught(sandbox):
     sandbox.k3s("k3s", "package")
     facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", binaries=[LEGACY])

@@ -24,17 +24,12 @@ from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_readi
 
 PLUGINS = pathlib.Path(__file__).resolve().parents[4] / "plugins"
 
-# One text with "; " where what follows is not the fix: the message has no fix, or its fix begins at ". " and the
-# "; " only adds that nothing was written. Splitting them would change the text the user reads.
+# One text with "; " where what follows is not the fix: the message has no fix, and the "; " adds a second cause or
+# only that nothing was written. Splitting them would change the text the user reads.
 ONE_TEXT = {
     "cluster must be the runtime_info result of a k3s or rke2 server (distribution, release, paths); %s deploys a "
     "k3s/rke2 HelmChart": "no fix",
     "internal: overlapping edits of lines %d-%d and %d-%d; nothing was written": "no fix",
-    "%s: %s [toml_invalid]. Fix that line; nothing was written": "the fix begins at '. '",
-    "%s: line %d: [%s] is already emitted by the base template of %s %s, so containerd would refuse the config "
-    "(`table already exists`) and k3s would restart in a loop [duplicate_table]. Remove that table from the template "
-    "(a drop-in or default-runtime: in config.yaml is the way to change it); nothing was written":
-        "the fix begins at '. '",
     "%s: composed with the base template, the config would not load (%s); nothing was written": "no fix",
 }
 
