@@ -126,18 +126,19 @@ def _plan_host_mode(result, operator_layout, host_toolkit, toolkit_install, remo
     if operator_layout["present"] and host_toolkit["present"]:
         raise K3sGpuError(
             "%s has two NVIDIA toolkits: the GPU Operator's in %s and the host's (%s). k3s/rke2 use the operator's "
-            "first and the two fight over the runtimes. Keep one: gpu_node_mode=operator hands the node to the "
-            "operator (the role removes the host toolkit packages), or uninstall the GPU Operator (its toolkit "
-            "container reverts the containerd config but leaves %s behind: then run again with "
-            "gpu_node_remove_operator_leftovers=true). Nothing was changed." % (
-                who, operator_files, host_files, operator_layout["toolkit_dir"]))
+            "first and the two fight over the runtimes" % (who, operator_files, host_files),
+            fix="keep one: gpu_node_mode=operator hands the node to the operator (the role removes the host toolkit "
+                "packages), or uninstall the GPU Operator (its toolkit container reverts the containerd config but "
+                "leaves %s behind: then run again with gpu_node_remove_operator_leftovers=true); nothing was "
+                "changed" % (operator_layout["toolkit_dir"],))
     if operator_layout["present"] and toolkit_install:
         raise K3sGpuError(
             "%s has the GPU Operator's toolkit in %s, and gpu_node_mode=host with gpu_node_toolkit_install=true "
-            "would install a second one on the host. Set gpu_node_mode=operator if the operator manages this node, "
-            "or gpu_node_toolkit_install=false to keep the operator's toolkit and only add the runtime blocks "
-            "k3s/rke2 do not render. If the operator was uninstalled, these are its leftovers: "
-            "gpu_node_remove_operator_leftovers=true removes them. Nothing was changed." % (who, operator_files))
+            "would install a second one on the host" % (who, operator_files),
+            fix="set gpu_node_mode=operator if the operator manages this node, or gpu_node_toolkit_install=false to "
+                "keep the operator's toolkit and only add the runtime blocks k3s/rke2 do not render. If the operator "
+                "was uninstalled, these are its leftovers: gpu_node_remove_operator_leftovers=true removes them; "
+                "nothing was changed")
     result["install_toolkit"] = toolkit_install
     return result
 
@@ -148,17 +149,19 @@ def _plan_operator_mode(facts, result, operator_layout, host_toolkit, operator_t
     if driver_install and operator_driver:
         raise K3sGpuError(
             "%s: gpu_node_driver_install=true and the GPU Operator's driver is on (gpu_node_operator_driver=true): two "
-            "owners for the kernel module. Set gpu_node_operator_driver=false (the operator uses the host driver) or "
-            "gpu_node_driver_install=false. Nothing was changed." % who)
+            "owners for the kernel module" % who,
+            fix="set gpu_node_operator_driver=false (the operator uses the host driver) or "
+                "gpu_node_driver_install=false; nothing was changed")
     if operator_toolkit:
         result["generate_cdi"] = False  # the operator's toolkit writes its CDI specs itself
         if host_toolkit["present"]:
             if not (toolkit_install and live):
                 raise K3sGpuError(
                     "%s is in operator mode, where the GPU Operator installs the toolkit, but a host toolkit is there "
-                    "(%s). Remove its packages (gpu_node_toolkit_install=true lets the role remove them on a real "
-                    "root), or keep it and set gpu_node_operator_toolkit=false so the operator does not install a "
-                    "second one. Nothing was changed." % (who, host_files))
+                    "(%s)" % (who, host_files),
+                    fix="remove its packages (gpu_node_toolkit_install=true lets the role remove them on a real "
+                        "root), or keep it and set gpu_node_operator_toolkit=false so the operator does not install a "
+                        "second one; nothing was changed")
             result["remove_host_toolkit"] = True
         return _default_runtime_now(facts, result, who)
     if operator_layout["present"]:
@@ -331,8 +334,8 @@ def _operator_mode(settings, line, profile, check=True):
         raise K3sGpuError("values cdi.nriPluginEnabled: the GPU Operator %s has no NRI plugin mode (it came with "
                           "v26.3)" % settings["chart_version"])
     if nri and not cdi:
-        raise K3sGpuError("values cdi.nriPluginEnabled needs CDI: set gpu_node_operator_cdi=true (the chart "
-                          "refuses NRI without it)")
+        raise K3sGpuError("values cdi.nriPluginEnabled needs CDI",
+                          fix="set gpu_node_operator_cdi=true (the chart refuses NRI without it)")
     if nri and facts["nri_needs_toolkit"] and not settings["toolkit"]:
         raise K3sGpuError("values cdi.nriPluginEnabled: the GPU Operator %s refuses its NRI plugin mode without its "
                           "container toolkit" % settings["chart_version"],
@@ -341,12 +344,12 @@ def _operator_mode(settings, line, profile, check=True):
     needed = release_rules.GPU_OPERATOR_MODE_CONTAINERD[mode]
     if needed and line_key(profile["containerd"]) < line_key(needed):
         raise K3sGpuError(
-            "the GPU Operator's %s mode needs containerd %s or newer, and %s %s ships containerd %s. %s" % (
+            "the GPU Operator's %s mode needs containerd %s or newer, and %s %s ships containerd %s" % (
                 "NRI plugin" if mode == "nri" else "CDI", needed, profile["distribution"], profile["release"],
-                profile["containerd"],
-                "Set gpu_node_operator_cdi=false (the operator's runtimes then inject devices themselves), or upgrade "
-                "to a release with containerd 2 (v1.31.6+, v1.32.2+)" if mode == "cdi" else
-                "Drop cdi.nriPluginEnabled, or upgrade to a release with containerd 2.1"))
+                profile["containerd"]),
+            fix=("set gpu_node_operator_cdi=false (the operator's runtimes then inject devices themselves), or upgrade "
+                 "to a release with containerd 2 (v1.31.6+, v1.32.2+)" if mode == "cdi" else
+                 "drop cdi.nriPluginEnabled, or upgrade to a release with containerd 2.1"))
     return mode
 
 
@@ -357,14 +360,16 @@ def _resolve_driver(settings, operator_nodes):
         if settings["driver"] and installing:
             raise K3sGpuError(
                 "gpu_node_operator_driver=true, but the role installs the host driver on %s (gpu_node_driver_install): two "
-                "owners for the kernel module. Turn one of them off." % ", ".join(installing))
+                "owners for the kernel module" % ", ".join(installing),
+                fix="turn one of them off")
         return settings["driver"]
     if installing and len(installing) != len(operator_nodes):
         others = sorted(node["host"] for node in operator_nodes if not node["driver_install"])
         raise K3sGpuError(
             "the GPU Operator's driver.enabled is one setting for the whole cluster, but the role installs the host driver "
-            "on %s and not on %s. Set gpu_node_driver_install the same on every operator-mode node, or set "
-            "gpu_node_operator_driver explicitly" % (", ".join(installing), ", ".join(others)))
+            "on %s and not on %s" % (", ".join(installing), ", ".join(others)),
+            fix="set gpu_node_driver_install the same on every operator-mode node, or set gpu_node_operator_driver "
+                "explicitly")
     return not installing
 
 
@@ -388,14 +393,14 @@ def _check_user_values(values, cluster_paths, ours):
     if install_dir is not None and install_dir.rstrip("/") != release_rules.GPU_OPERATOR_CHART["install_dir"]:
         raise K3sGpuError(
             "gpu_node_operator_values sets toolkit.installDir=%r: k3s and rke2 look for the operator's runtimes only in "
-            "%s, so they would never see them. Leave it at %s" % (
-                install_dir, distro.GPU_OPERATOR_TOOLKIT_DIR, release_rules.GPU_OPERATOR_CHART["install_dir"]))
+            "%s, so they would never see them" % (install_dir, distro.GPU_OPERATOR_TOOLKIT_DIR),
+            fix="leave it at %s" % (release_rules.GPU_OPERATOR_CHART["install_dir"],))
     runtime_class = _get(values, "operator.runtimeClass")
     if runtime_class is not None and runtime_class != release_rules.GPU_OPERATOR_CHART["runtime_class"]:
         raise K3sGpuError(
             "gpu_node_operator_values sets operator.runtimeClass=%r: the operator uses it as the runtime handler too, and "
-            "k3s/rke2 configure the handler %s only. Leave it at %s" % (
-                runtime_class, release_rules.GPU_OPERATOR_CHART["runtime_class"], release_rules.GPU_OPERATOR_CHART["runtime_class"]))
+            "k3s/rke2 configure the handler %s only" % (runtime_class, release_rules.GPU_OPERATOR_CHART["runtime_class"]),
+            fix="leave it at %s" % (release_rules.GPU_OPERATOR_CHART["runtime_class"],))
     env = _get(values, "toolkit.env")
     if env is None:
         return
@@ -413,13 +418,15 @@ def _check_user_values(values, cluster_paths, ours):
             raise K3sGpuError(
                 "%s points the operator at the containerd config that %s regenerates at every start (or at its template "
                 "or drop-in directory): the operator's edits are lost or break the template (NVIDIA/gpu-operator #473, "
-                "rancher/rke2 #8752). Drop it: k3s/rke2 detect the operator's runtimes in %s themselves" % (
-                    where, "k3s/rke2", distro.GPU_OPERATOR_TOOLKIT_DIR))
+                "rancher/rke2 #8752)" % (where, "k3s/rke2"),
+                fix="drop it: k3s/rke2 detect the operator's runtimes in %s themselves" % (
+                    distro.GPU_OPERATOR_TOOLKIT_DIR,))
         if name in _SET_AS_DEFAULT_ENV and value.strip().lower() in ("true", "1"):
             raise K3sGpuError(
                 "%s: the operator would write the default runtime into a containerd config k3s/rke2 do not read (or "
-                "regenerate), so it is lost. Set gpu_node_default_runtime instead: the role writes default-runtime "
-                "into config.yaml.d, which survives regeneration" % where)
+                "regenerate), so it is lost" % where,
+                fix="set gpu_node_default_runtime instead: the role writes default-runtime into config.yaml.d, which "
+                    "survives regeneration")
 
 
 def _values(settings, driver_enabled, cluster_paths):
@@ -486,9 +493,9 @@ def plan_cluster(server, settings, nodes):
     if operator_nodes and host_nodes:
         raise K3sGpuError(
             "one cluster, two modes: %s in operator mode, %s in host mode. The GPU Operator runs its toolkit on every GPU "
-            "node of the cluster, so host-mode nodes would get a second toolkit. Set gpu_node_mode the same for the whole "
-            "cluster (k3s_gpu_cluster separates clusters in one inventory)" % (
-                ", ".join(sorted(node["host"] for node in operator_nodes)), ", ".join(sorted(host_nodes))))
+            "node of the cluster, so host-mode nodes would get a second toolkit" % (
+                ", ".join(sorted(node["host"] for node in operator_nodes)), ", ".join(sorted(host_nodes))),
+            fix="set gpu_node_mode the same for the whole cluster (k3s_gpu_cluster separates clusters in one inventory)")
     mode = _operator_mode(checked, checked["line"], profile, check=bool(operator_nodes))
     names, rule = operator_runtimeclasses(mode)
     result = {"wanted": bool(operator_nodes), "objects": [], "values": {}, "operator_mode": mode,
@@ -548,9 +555,10 @@ def plan_host(facts, settings, host=""):
     if settings["driver_install"] and settings["driver_reboot"] != "never" and settings["local_connection"]:
         raise K3sGpuError(
             "%s: gpu_node_driver_install is true with gpu_node_driver_reboot=%s, and this host is reached with the local "
-            "connection: a new driver may need a reboot, and the role does not reboot the machine that runs Ansible. Set "
-            "gpu_node_driver_reboot=never (you reboot when the role says so), or run the role against this host over ssh "
-            "from another machine. Nothing was changed." % (who, settings["driver_reboot"]))
+            "connection: a new driver may need a reboot, and the role does not reboot the machine that runs Ansible" % (
+                who, settings["driver_reboot"]),
+            fix="set gpu_node_driver_reboot=never (you reboot when the role says so), or run the role against this host "
+                "over ssh from another machine; nothing was changed")
     operator_driver = settings["operator_driver"]
     if operator_driver == "auto":
         operator_driver = not settings["driver_install"]

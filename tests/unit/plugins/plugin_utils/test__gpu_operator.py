@@ -82,7 +82,7 @@ def test_host_mode_keeps_the_operators_toolkit_when_not_installing(sandbox):
 
 def test_host_mode_refuses_two_toolkits_even_without_installing(sandbox):
     with pytest.raises(K3sGpuError, match=r"two NVIDIA toolkits: the GPU Operator's in .* and the host's "
-                       r"\(/usr/bin/nvidia-container-runtime, .*Keep one"):
+                       r"\(/usr/bin/nvidia-container-runtime, .*; keep one"):
         op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator", "package"))), "host", toolkit_install=False)
 
 
@@ -298,7 +298,7 @@ def test_user_values_merge():
                                       "value": "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/99-nvidia.toml"}]}}},
      r"RUNTIME_DROP_IN_CONFIG=.*config-v3.toml.d/99-nvidia.toml points the operator"),
     ({"values": {"toolkit": {"env": [{"name": "CONTAINERD_SET_AS_DEFAULT", "value": "true"}]}}},
-     r"CONTAINERD_SET_AS_DEFAULT=true: .*Set gpu_node_default_runtime instead"),
+     r"CONTAINERD_SET_AS_DEFAULT=true: .*; set gpu_node_default_runtime instead"),
     ({"values": {"toolkit": {"env": [{"name": "CONTAINERD_SOCKET", "value": "/run/containerd/containerd.sock"}]}}},
      r"CONTAINERD_SOCKET=/run/containerd/containerd.sock: k3s and rke2 run containerd at /run/k3s/containerd/containerd.sock"),
     ({"values": {"toolkit": {"env": "CONTAINERD_SOCKET=x"}}}, r"toolkit.env must be a list of \{name, value\} dicts"),
@@ -324,7 +324,7 @@ def test_bad_settings(settings, message):
 
 def test_cdi_mode_needs_containerd_2():
     with pytest.raises(K3sGpuError, match=r"CDI mode needs containerd 2.0 or newer, and k3s v1.31.5\+k3s1 ships "
-                       r"containerd 1.7. Set gpu_node_operator_cdi=false"):
+                       r"containerd 1.7; set gpu_node_operator_cdi=false"):
         op.plan_cluster(NodeFacts.from_reading(cluster_of("k3s", "v1.31.5+k3s1")), {}, OPERATOR_NODES)
     assert op.plan_cluster(NodeFacts.from_reading(cluster_of("k3s", "v1.31.6+k3s1")), {}, OPERATOR_NODES)["operator_mode"] == "cdi"
 
@@ -456,3 +456,24 @@ def test_plan_host_refusals(sandbox, settings, release, message):
         never = dict(HOST_SETTINGS, **settings)
         never["driver_reboot"] = "never"
         assert op.plan_host(NodeFacts.from_reading(facts), never, host="gpu1")["selected"] is True
+
+
+def test_a_refusal_passes_its_fix_apart(sandbox):
+    """The doctor and a task's `error` read the fix apart: the cause has no fix sentence, the fix ends the message."""
+    with pytest.raises(K3sGpuError) as caught:
+        op.plan_node(NodeFacts.from_reading(facts_of(sandbox)), "operator", operator_driver=True, driver_install=True,
+                     host="gpu1")
+    error = caught.value
+    assert error.cause.endswith("two owners for the kernel module") and "Set " not in error.cause
+    assert error.fix.startswith("set gpu_node_operator_driver=false (the operator uses the host driver)")
+    assert error.fix.endswith("nothing was changed")
+    assert str(error) == "%s; %s" % (error.cause, error.fix)
+    facts = gpu_facts(sandbox)
+    with pytest.raises(K3sGpuError) as caught:
+        op.plan_host(NodeFacts.from_reading(facts), dict(HOST_SETTINGS, driver_install=True, local_connection=True),
+                     host="gpu1")
+    error = caught.value
+    assert error.cause.endswith("the role does not reboot the machine that runs Ansible")
+    assert "Set " not in error.cause and "Nothing was changed" not in error.cause
+    assert error.fix.startswith("set gpu_node_driver_reboot=never (you reboot when the role says so)")
+    assert error.fix.endswith("nothing was changed")
