@@ -210,10 +210,11 @@ def _config_schema(info, profile):
         # containerd 2.0-2.2 (message checked with 2.2.7)
         raise K3sGpuError(
             '%s declares `version = 4`, which containerd %s cannot read: it refuses to start ("expected containerd '
-            'config version equal to or less than `3`, got `4`")' % (info["path"], profile["containerd"]),
-            fix="version 4 came with containerd 2.3. Nothing was changed. Write the file as version 3 (the CRI runtime "
-                "tables keep their paths; the [grpc], [ttrpc], [debug] and [metrics] settings move back from the "
-                "io.containerd.server.v1.* plugin tables to the top level), or upgrade containerd to 2.3")
+            'config version equal to or less than `3`, got `4`"; version 4 came with containerd 2.3)' % (
+                info["path"], profile["containerd"]),
+            fix="write the file as version 3 (the CRI runtime tables keep their paths; the [grpc], [ttrpc], [debug] and "
+                "[metrics] settings move back from the io.containerd.server.v1.* plugin tables to the top level), or "
+                "upgrade containerd to 2.3; nothing was changed")
     if version not in distro.CONFIG_VERSIONS or version > highest:
         raise K3sGpuError(
             "%s declares `version = %d`, which containerd %s does "

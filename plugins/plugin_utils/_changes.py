@@ -343,8 +343,8 @@ def _layered_default_runtime(facts, plan, target, default_flag):
                 layers.append(toml.loads(config["content"]))
             except tomllib.TOMLDecodeError as exc:
                 raise K3sGpuError(
-                    "%s: %s [toml_invalid]" % (config["path"], exc),
-                    fix="containerd cannot load it either. Fix that line; nothing was written")
+                    "%s: %s [toml_invalid]: containerd cannot load it either" % (config["path"], exc),
+                    fix="fix that line; nothing was written")
     else:
         params = template_check.base_params(facts, facts.profile, list(facts.release_runtimes), default_flag)
         layers.append(toml.loads(k3s_base.render_base(facts.profile, schema, params)))

@@ -166,10 +166,10 @@ def _plan_operator_mode(facts, result, operator_layout, host_toolkit, operator_t
         return _default_runtime_now(facts, result, who)
     if operator_layout["present"]:
         raise K3sGpuError(
-            "%s: the GPU Operator's toolkit is off (gpu_node_operator_toolkit=false), yet %s holds its "
-            "runtimes" % (who, operator_files),
-            fix="k3s/rke2 search that directory first, so they would win over the host toolkit. Remove the directory "
-                "(left by an earlier operator install), or set gpu_node_operator_toolkit=true. Nothing was changed.")
+            "%s: the GPU Operator's toolkit is off (gpu_node_operator_toolkit=false), yet %s holds its runtimes, and "
+            "k3s/rke2 search that directory first, so they would win over the host toolkit" % (who, operator_files),
+            fix="remove the directory (left by an earlier operator install), or set gpu_node_operator_toolkit=true; "
+                "nothing was changed")
     result["install_toolkit"] = toolkit_install
     return result
 

@@ -293,7 +293,9 @@ def test_v4_config_on_a_node_that_cannot_read_it_is_refused(sandbox, version):
     assert "/etc/containerd/config.toml declares `version = 4`" in message
     assert "containerd %s cannot read" % version[:3] in message
     assert "expected containerd config version equal to or less than `3`, got `4`" in message
-    assert "Nothing was changed" in message and "upgrade containerd to 2.3" in message
+    assert "version 4 came with containerd 2.3" in info.value.cause
+    assert info.value.fix.startswith("write the file as version 3")
+    assert info.value.fix.endswith("or upgrade containerd to 2.3; nothing was changed")
     assert sandbox.snapshot() == before
     # runtime_info reports it as the plan's error instead of failing
     facts = detect.gather(sandbox.root, "containerd", version)
