@@ -6,7 +6,6 @@
 #   ./benchmarks/fleet.sh 10 50        # chosen sizes
 #   FORKS=20 REPS=5 ./benchmarks/fleet.sh 100
 #   FLEET_REF=HEAD ./benchmarks/fleet.sh 10   # measure a commit (git archive), not the checkout's files
-#   FLEET_BYTECODE=0 ./benchmarks/fleet.sh 100  # without compiling the collection's plugins to bytecode first
 # Prints Markdown tables; writes every figure to .tmp/fleet-bench/fleet-<date>.json.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -25,13 +24,5 @@ if [[ -n ${FLEET_REF:-} ]]; then
     mkdir -p "$collections/ansible_collections/k3s_gpu/nvidia"
     git archive --format=tar "$FLEET_REF" | tar -xf - -C "$collections/ansible_collections/k3s_gpu/nvidia"
 fi
-# The collection's controller code compiled to bytecode first, as ansible-core's own is (pip compiles it) and as an
-# installed collection's is after its first run: otherwise, where PYTHONDONTWRITEBYTECODE is set, every run would
-# compile it again, which no fleet pays. FLEET_BYTECODE=0 measures without (the figures before 2026-12-05).
-FLEET_BYTECODE=${FLEET_BYTECODE:-1}
-if [[ $FLEET_BYTECODE == 1 ]]; then
-    env -u PYTHONDONTWRITEBYTECODE "$VENV/bin/python" -m compileall -q "$collections/ansible_collections/k3s_gpu/nvidia/plugins" >/dev/null
-fi
-export FLEET_BYTECODE
 ANSIBLE_COLLECTIONS_PATH=$collections FORKS=${FORKS:-10} REPS=${REPS:-3} \
     "$VENV/bin/python" benchmarks/fleet/bench.py --work-dir "$work" "$@"

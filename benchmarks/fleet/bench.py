@@ -188,9 +188,7 @@ def main():
         REPO_ROOT, ".tmp", "fleet-bench", time.strftime("fleet-%Y%m%d-%H%M%S.json"))
     settings = {"forks": args.forks, "reps": args.reps, "versions": versions(), "date": time.strftime("%Y-%m-%d %H:%M"),
                 "site_extra_vars": SITE_EXTRA_VARS, "collection": collection_state(),
-                "ansible_environment": ansible_settings_passed_through(),
-                # fleet.sh compiled the collection's plugins to bytecode before the runs (FLEET_BYTECODE=0: not)
-                "collection_bytecode": os.environ.get("FLEET_BYTECODE", "1") == "1"}
+                "ansible_environment": ansible_settings_passed_through()}
 
     # fleet.sh passes its own mktemp directory (removed by its trap, even when this is killed)
     owned = contextlib.nullcontext(args.work_dir) if args.work_dir else tempfile.TemporaryDirectory(prefix="fleet-bench.")
