@@ -63,6 +63,16 @@ class K3sGpuError(ValueError):
         return cls(clause(message) or "%s failed without a message" % what)
 
 
+def several(refusals, ending):
+    """One K3sGpuError for several refusals of one thing, each (label, cause, fix): the causes, then the fixes (each after
+    its label where there is more than one), then the ending ("nothing was written")."""
+    if len(refusals) == 1:
+        fixes = [refusals[0][2]]
+    else:
+        fixes = ["%s: %s" % (label, fix) for label, _cause, fix in refusals]
+    return K3sGpuError("; ".join(cause for _label, cause, _fix in refusals), fix="; ".join(fixes + [ending]))
+
+
 def clause(text):
     """A message from outside the collection (a module of Ansible's, a command) as part of a sentence: no final stop."""
     text = str(text or "").strip()

@@ -24,7 +24,7 @@ import tomllib
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import several
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gotemplate as gotemplate
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
@@ -171,12 +171,8 @@ class Report:
         """One K3sGpuError for the refused findings (default: all): their causes, then their fixes (each labelled
         with its line and code where there are several), and that nothing was written."""
         findings = self.refusals if findings is None else findings
-        if len(findings) == 1:
-            fixes = [findings[0].fix]
-        else:
-            fixes = ["%s[%s]: %s" % ("line %d " % f.line if f.line else "", f.code, f.fix) for f in findings]
-        return K3sGpuError("; ".join(f.cause_text(self.path) for f in findings),
-                           fix="; ".join(fixes + ["nothing was written"]))
+        return several([("%s[%s]" % ("line %d " % f.line if f.line else "", f.code), f.cause_text(self.path), f.fix)
+                        for f in findings], "nothing was written")
 
 
 # --- the release's template data -----------------------------------------------------------------

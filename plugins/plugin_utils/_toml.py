@@ -30,7 +30,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import unquoted_find
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml_read as toml_read
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, several
 
 MANAGED_HEADER = "# Managed by Ansible: k3s_gpu.nvidia.containerd_runtimes rewrites the runtime tables in this file."
 MANAGED_YAML_HEADER = "# Managed by Ansible: k3s_gpu.nvidia.containerd_runtimes rewrites this file."
@@ -542,11 +542,10 @@ def _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, f
             continue
         refused.append((name, table, differs))
     if refused:
-        parts = [_user_table_refusal(file_path, name, table, differs, renders[name], schema, profile,
-                                     plan.get("base_included", True)) for name, table, differs in refused]
-        fixes = [fix for _cause, fix in parts] if len(parts) == 1 else \
-            ["[%s]: %s" % (name, fix) for (name, _table, _differs), (_cause, fix) in zip(refused, parts)]
-        raise K3sGpuError("; ".join(cause for cause, _fix in parts), fix="; ".join(fixes + ["nothing was written"]))
+        base_included = plan.get("base_included", True)
+        raise several([("[%s]" % name,) + _user_table_refusal(file_path, name, table, differs, renders[name], schema,
+                                                              profile, base_included)
+                       for name, table, differs in refused], "nothing was written")
     return removed
 
 
