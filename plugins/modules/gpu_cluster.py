@@ -19,7 +19,8 @@ description:
     and lists the clusters of the run, each with the server that writes for it.
   - V(apply) (delegated to that server) reads the server, decides the GPU Operator HelmChart and the RuntimeClasses of
     the cluster from what its GPU nodes reported in this run, and writes or removes both manifests in one module
-    execution. A run that does not see every GPU node of the cluster (C(--limit), a failed node) only adds.
+    execution, none where the server's reading shows every manifest as it would be written. A run that does not see
+    every GPU node of the cluster (C(--limit), a failed node) only adds.
 extends_documentation_fragment: k3s_gpu.nvidia.action_attributes
 options:
   phase:
@@ -61,7 +62,8 @@ options:
   skip_unchanged:
     description:
       - V(plan) - leave out of the writers each cluster whose manifests on its writing server are already what V(apply)
-        would write, judged by that server's reading by the gpu_node role in this run (runtime_info's RV(k3s_gpu.nvidia.runtime_info#module:manifests)).
+        would write, judged by that server's reading in this run (runtime_info's RV(k3s_gpu.nvidia.runtime_info#module:manifests)),
+        the gpu_node role's, or else the one V(read) registered as C(runtimeclasses__info) (the runtimeclasses playbook).
         Its decision is returned in the cluster's C(result) and no module runs for it.
       - A cluster whose writer was not read in this run, a partial run that keeps earlier RuntimeClasses, an air-gapped chart
         archive, the API method and a refusal are left to V(apply).
