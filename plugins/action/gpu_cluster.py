@@ -197,7 +197,7 @@ class ActionModule(SpecAction):
         runtimeclasses playbook's reading of it (gpu_cluster's read phase), where it has one."""
         registered = self._registered(host)
         own = registered.get("gpu_node_result")
-        if isinstance(own, dict) and isinstance(own.get("node"), dict):
+        if isinstance(own, dict) and own.get("node"):
             return host_state.HostState.from_result(own["node"], "%s: gpu_node_result.node" % host).facts
         reading = registered.get(cluster_step.READING_VAR) if readings else None
         if isinstance(reading, dict) and reading and not (reading.get("failed") or reading.get("skipped")):

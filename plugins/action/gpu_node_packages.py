@@ -19,6 +19,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _packages as packages
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
@@ -308,7 +309,7 @@ class ActionModule(SpecAction):
     def _driver_before(self):
         """The driver the host step read before the install ({loaded, version})."""
         node = self._templar.template(self._task_vars.get("gpu_node_result") or {})
-        return ((node.get("node") or {}).get("facts") or {}).get("driver") or {}
+        return ((host_state.decoded(node.get("node")) or {}).get("facts") or {}).get("driver") or {}
 
     def _rebuild_initramfs(self, family):
         argv, tool = INITRAMFS[family]

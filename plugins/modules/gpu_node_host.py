@@ -41,8 +41,8 @@ options:
     default: true
   node:
     description:
-      - What the earlier phase read and decided (its RV(node), passed unchanged), required with O(phase=reread) and
-        O(phase=configure).
+      - What the earlier phase read and decided (its RV(node), passed unchanged; its JSON text is decoded here),
+        required with O(phase=reread) and O(phase=configure).
     type: dict
 seealso:
   - module: k3s_gpu.nvidia.containerd_runtimes
@@ -66,9 +66,10 @@ node:
   description:
     - What this phase read and decided, for the next phase, the package step, the handler and the cluster step
       (C(facts), the node's reading as M(k3s_gpu.nvidia.runtime_info) returns it; C(plan); C(cdi_marker); C(changes),
-      the files the containerd step wrote and the handlers it expects). Internal to the role; not part of a failed result.
+      the files the containerd step wrote and the handlers it expects), serialized once as compact JSON text. Internal
+      to the role; not part of a failed result.
   returned: success
-  type: dict
+  type: str
 settings:
   description:
     - The role variables the role's task files and the playbooks' cluster step read, as the host step resolved them

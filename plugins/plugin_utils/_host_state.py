@@ -6,11 +6,15 @@
 """What the gpu_node role knows of one host, typed: the node's reading (NodeFacts), the role's decision (Plan) and
 what the containerd step changed (Changes), carried between the role's tasks as one HostState.
 
-The host step serializes a HostState once into gpu_node_result.node; the next phase, the package step, the handler
-and the cluster step read it back with HostState.from_result. PRIVATE to the collection."""
+The host step serializes a HostState once, as JSON text, into gpu_node_result.node; the next phase, the package step,
+the handler and the cluster step read it back with HostState.from_result. Text, not a nested dict: Ansible's main
+process walks every key of every registered result (TaskResult.result, the callbacks), and with a dict the host state
+was most of that walk, about 0.6 s of a 6.9 s no-op run at 100 hosts under mitogen_linear (benchmarks/RESULTS.md).
+PRIVATE to the collection."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -175,15 +179,29 @@ class HostState:
     changes: Optional[Changes] = None
 
     def to_result(self):
-        return {"facts": self.facts.reading, "plan": self.plan.to_dict(), "cdi_marker": self.cdi_marker,
-                "changes": asdict(self.changes) if self.changes is not None else None}
+        """The host state as compact JSON text (gpu_node_result.node)."""
+        return json.dumps({"facts": self.facts.reading, "plan": self.plan.to_dict(), "cdi_marker": self.cdi_marker,
+                           "changes": asdict(self.changes) if self.changes is not None else None},
+                          separators=(",", ":"), sort_keys=True)
 
     @classmethod
     def from_result(cls, node, what="gpu_node_result.node"):
-        """The HostState an earlier phase registered. Raises K3sGpuError for anything else."""
+        """The HostState an earlier phase registered: its JSON text, or that text decoded (an argument spec of type
+        dict decodes it). Raises K3sGpuError for anything else."""
+        node = decoded(node)
         if not isinstance(node, dict) or not isinstance(node.get("plan"), dict):
             raise K3sGpuError("%s holds no host state of the role's host step" % what, UNCHANGED)
         changes = node.get("changes")
         return cls(facts=NodeFacts.from_reading(node.get("facts"), what + ".facts"), plan=Plan.from_dict(node["plan"]),
                    cdi_marker=str(node.get("cdi_marker") or ""),
                    changes=Changes.from_dict(changes) if isinstance(changes, dict) else None)
+
+
+def decoded(node):
+    """gpu_node_result.node as a dict (its JSON text decoded), else None."""
+    if isinstance(node, str):
+        try:
+            node = json.loads(node)
+        except ValueError:
+            return None
+    return node if isinstance(node, dict) else None
