@@ -391,7 +391,7 @@ def refuse_external_runtime(in_use):
         "[external_runtime] %s %s on this node runs its pods on %s, set by %s, not on its embedded containerd, so "
         "it reads no containerd template or drop-in and the NVIDIA runtimes written there would never load" % (
             in_use.get("distribution"), in_use.get("release"), _EXTERNAL_RUNTIME_NAME[in_use["runtime"]], setting),
-        fix="%s. Nothing was changed" % (_EXTERNAL_RUNTIME_FIX[in_use["runtime"]],))
+        fix="%s; nothing was changed" % (_EXTERNAL_RUNTIME_FIX[in_use["runtime"]],))
 
 
 def make_plan(facts, runtimes=None, state="present", default_runtime=None, enable_cdi=None, path=None):
