@@ -16,7 +16,6 @@ import hashlib
 import tomllib
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
@@ -78,12 +77,16 @@ def compute(facts, params):
     info = facts.files.get(target["key"]) or {}
     current = info.get("content") if info.get("state") == "file" else None
     default_flag = _flag_default_runtime(facts, plan)  # what k3s passes to its base after the next start
-    reader = _template_reader(facts, plan, params, default_flag)
+    # the base k3s renders for this node after the next start, worked out once: the template check, the release's own
+    # runtime tables and the layers under a drop-in all read it
+    base = None if facts.distribution == distro.CONTAINERD else template_check.node_base(
+        facts, profile, target["schema"], list(facts.release_runtimes), default_flag)
+    reader = _template_reader(facts, plan, params, default_flag, base)
     plan["backup"] = release_rules.backup_prefix(target["path"]) if params.get("backup") else None
-    plan["release_tables"] = _release_tables(facts, plan)
+    plan["release_tables"] = _release_tables(facts, plan, base)
     plan["base_included"] = target["mode"] == planner.MODE_TEMPLATE and planner.template_includes_base(facts.reading, target)
     if target["mode"] == planner.MODE_DROPIN:
-        plan["inherited"] = _layered_default_runtime(facts, plan, target, default_flag)
+        plan["inherited"] = _layered_default_runtime(facts, plan, target, base)
     if reader is not None and reader.normalized is not None and target["mode"] == planner.MODE_TEMPLATE:
         current = reader.normalized  # opted in: the edit starts from the clean text (BOM and CR removed)
     # a template is checked whole right after (_check_rendered), composed with the base it really gets
@@ -91,7 +94,7 @@ def compute(facts, params):
                                checked_after=target["mode"] == planner.MODE_TEMPLATE and facts.distribution != distro.CONTAINERD)
     after = applied.text
     plan["removed_for_base"], plan["removed_stale"] = applied.removed_for_base, applied.removed_stale
-    _check_rendered(facts, plan, params, reader, after, default_flag)
+    _check_rendered(facts, plan, params, reader, after, default_flag, base)
     note = toml.inheritance_note(plan.get("inherited_from")) if plan["state"] == "present" and plan["write"] else None
     if note:
         plan["notes"].append(note)
@@ -309,28 +312,23 @@ def _take_back(facts, plan, key, original, backup):
     return change if change["before"] != change["after"] else None
 
 
-def _release_tables(facts, plan):
+def _release_tables(facts, plan, base):
     """{runtime name: its table as the release renders it} for each runtime the release renders into the template
-    target itself (k3s detects its binary); {} elsewhere."""
+    target itself (k3s detects its binary); {} elsewhere. base: the node's base rendering (node_base)."""
     target = plan["target"]
-    if facts.distribution == distro.CONTAINERD or target["mode"] != planner.MODE_TEMPLATE:
+    if base is None or target["mode"] != planner.MODE_TEMPLATE:
         return {}
     renders = planner.release_renders(facts.reading, target)
-    if not renders:
-        return {}
-    params = template_check.base_params(facts, facts.profile, list(facts.release_runtimes), None)
-    _top, tables = k3s_base.base_tables(facts.profile, target["schema"], params)
-    by_path = dict((tuple(path), dict(keys)) for path, keys in tables)
     result = {}
     for name in renders:
         path = distro.runtime_table(target["schema"], name)
-        values = dict(by_path.get(path) or {"runtime_type": renders[name]["runtime_type"]})
-        values["options"] = by_path.get(path + ("options",)) or {"BinaryName": renders[name]["binary"]}
+        values = dict(base.table(path) or {"runtime_type": renders[name]["runtime_type"]})
+        values["options"] = base.table(path + ("options",)) or {"BinaryName": renders[name]["binary"]}
         result[name] = values
     return result
 
 
-def _layered_default_runtime(facts, plan, target, default_flag):
+def _layered_default_runtime(facts, plan, target, base):
     """The default runtime's table as containerd sees it around our drop-in: the root config (plain containerd) or the
     base k3s renders with the user's template (k3s/rke2), then every other drop-in of the directory in import order.
     A drop-in or template that makes another runtime the default is followed (nvidia-ctk's rule)."""
@@ -346,8 +344,7 @@ def _layered_default_runtime(facts, plan, target, default_flag):
                     "%s: %s [toml_invalid]: containerd cannot load it either" % (config["path"], exc),
                     fix="fix that line; nothing was written")
     else:
-        params = template_check.base_params(facts, facts.profile, list(facts.release_runtimes), default_flag)
-        layers.append(toml.loads(k3s_base.render_base(facts.profile, schema, params)))
+        layers.append(base.document())
         template = facts.files.get(target.get("template") or "") or {}
         if template.get("content"):
             try:
@@ -449,7 +446,7 @@ def _check_args(facts, params):
         raise K3sGpuError("{target_release}: %s" % exc.cause, exc.fix, ("target_release",) + exc.variables) from exc
 
 
-def _template_reader(facts, plan, params, default_flag):
+def _template_reader(facts, plan, params, default_flag, base):
     """Check the template k3s/rke2 reads as it is now: refuse what breaks the node before anything is
     decided on top of it. Returns the report (None: no template, or plain containerd)."""
     if facts.distribution == distro.CONTAINERD:
@@ -465,7 +462,7 @@ def _template_reader(facts, plan, params, default_flag):
     report = template_check.check(info["content"], info["path"], facts, schema,
                                   default_runtime=default_flag, target_profile=_check_args(facts, params),
                                   normalize=bool(params.get("normalize_encoding")), light=edit_in_place,
-                                  cache=params.get("_check_cache"))
+                                  cache=params.get("_check_cache"), base=base)
     report.schema = schema
     _record(plan, report)
     blocking = report.refusals if not edit_in_place else [f for f in report.refusals if f.code in _BEFORE_EDIT]
@@ -503,7 +500,7 @@ def refusal_before_install(facts):
     return report.refusal(blocking) if blocking else None
 
 
-def _check_rendered(facts, plan, params, reader, after, default_flag):
+def _check_rendered(facts, plan, params, reader, after, default_flag, base):
     """The template we are about to write, rendered for the node now, after the toolkit install and on
     target_release: refuse anything that would break it (nothing is written then)."""
     target = plan["target"]
@@ -512,7 +509,7 @@ def _check_rendered(facts, plan, params, reader, after, default_flag):
     schema = target["schema"] if reader is None else reader.schema
     report = template_check.check(after, target["path"], facts, schema, default_runtime=default_flag,
                                   target_profile=_check_args(facts, params), ours={r["name"] for r in plan["write"]},
-                                  cache=params.get("_check_cache"))
+                                  cache=params.get("_check_cache"), base=base)
     _record(plan, report, replace=True)
     if report.refusals:
         raise report.refusal()

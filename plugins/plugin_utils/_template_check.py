@@ -311,13 +311,26 @@ def base_params(facts, profile, detected, default_runtime):
             "default_runtime": default_runtime, "containerd_dir": paths["containerd_dir"]}
 
 
-def _base_external(profile, schema, params):
-    text = k3s_base.render_base(profile, schema, params)
+def node_base(facts, profile, schema, detected, default_runtime):
+    """The base k3s renders for this node state, as a k3s_base.Rendering: worked out once per task and read by the
+    template check, the release's own runtime tables and the layers under a drop-in (_changes)."""
+    return k3s_base.Rendering(profile, schema, base_params(facts, profile, detected, default_runtime))
+
+
+def _base_of(facts, profile, schema, detected, default_runtime, given):
+    """given (the caller's rendering) where it is of this node state, else a new one."""
+    params = base_params(facts, profile, detected, default_runtime)
+    return given if given is not None and given.fits(profile, schema, params) else k3s_base.Rendering(profile, schema, params)
+
+
+def _base_external(base):
+    """The base line's output for the template model: base.text, each line marked as the base's."""
+    lines = base.text.splitlines(True)
 
     def render(_execution, _dot, output):
-        for number, line in enumerate(text.splitlines(True), 1):
+        for number, line in enumerate(lines, 1):
             output.write(line, ("base", number))
-    return render, text
+    return render
 
 
 # --- the check -----------------------------------------------------------------------------------
@@ -336,16 +349,17 @@ def after_install_runtimes(facts, profile):
 
 
 def check(text, path, facts, schema, default_runtime=None, after_install=None, target_profile=None,
-          target_detected=None, normalize=False, profile=None, ours=(), light=False, cache=None):
+          target_detected=None, normalize=False, profile=None, ours=(), light=False, cache=None, base=None):
     """Report on a template k3s/rke2 will render. text: its current content; schema: 2 or 3 by name.
     ours: runtime names whose tables this module writes into the text (a later run takes them out
     once k3s detects the runtime, so they are no after-install duplicate). light: only what needs no
     rendering (encoding, parse, template names), for a text that is about to be edited and checked whole.
-    cache: a _check_cache.CheckCache; the verdict of the same question is reused from it."""
+    cache: a _check_cache.CheckCache; the verdict of the same question is reused from it. base: the caller's
+    rendering of the base (node_base), read wherever it is of the state being rendered."""
     profile = profile or facts.profile
     if cache is None:
         return _check(text, path, facts, schema, default_runtime, after_install, target_profile, target_detected,
-                      normalize, profile, ours, light)
+                      normalize, profile, ours, light, base)
     from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _check_cache as check_cache
     after = after_install if after_install is not None else after_install_runtimes(facts, profile)
     key = check_cache.fingerprint(
@@ -359,13 +373,13 @@ def check(text, path, facts, schema, default_runtime=None, after_install=None, t
     if cached is not None:
         return Report.from_dict(cached)
     report = _check(text, path, facts, schema, default_runtime, after, target_profile, target_detected,
-                    normalize, profile, ours, light)
+                    normalize, profile, ours, light, base)
     cache.put(key, report.as_dict())
     return report
 
 
 def _check(text, path, facts, schema, default_runtime, after_install, target_profile, target_detected,
-           normalize, profile, ours, light):
+           normalize, profile, ours, light, base):
     report = Report(path)
     text, template = _parse_checked(text, report, normalize, profile)
     if template is None or report.refusals or light:
@@ -383,7 +397,7 @@ def _check(text, path, facts, schema, default_runtime, after_install, target_pro
         states.append((UPGRADE, target_profile, target_detected if target_detected is not None else after))
     baseline = None
     for when, state_profile, detected in states:
-        found, keys = _check_state(template, facts, state_profile, schema, detected, default_runtime, when, report)
+        found, keys = _check_state(template, facts, state_profile, schema, detected, default_runtime, when, report, base)
         if when == NOW:
             baseline = keys
             if added and not rerender:
@@ -466,7 +480,7 @@ def render(text, facts, schema, detected=None, default_runtime=None, profile=Non
     detected = facts.release_runtimes if detected is None else detected
     template = gotemplate.parse(text, k3s_funcs(profile))
     template.trees.pop("base", None)
-    render_base, _text = _base_external(profile, schema, base_params(facts, profile, detected, default_runtime))
+    render_base = _base_external(node_base(facts, profile, schema, detected, default_runtime))
     execution = gotemplate.Execution(template, {"base": render_base}, FUNC_IMPLS)
     output = gotemplate.Output()
     execution.run("main", node_data(facts, profile, detected, default_runtime), output)
@@ -491,11 +505,11 @@ def _added_runtime_tables(user_tables, added, schema, profile):
     return found
 
 
-def _check_state(template, facts, profile, schema, detected, default_runtime, when, report):
-    """Render for one node state; add the findings (NOW) or return them (others, for the caller)."""
+def _check_state(template, facts, profile, schema, detected, default_runtime, when, report, base):
+    """Render for one node state; add the findings (NOW) or return them (others, for the caller). base: the caller's
+    rendering of the base, used where it is of this state."""
     data = node_data(facts, profile, detected, default_runtime)
-    params = base_params(facts, profile, detected, default_runtime)
-    render_base, _base_text = _base_external(profile, schema, params)
+    render_base = _base_external(_base_of(facts, profile, schema, detected, default_runtime, base))
     runs, complete = gotemplate.explore(template, data, {"base": render_base}, FUNC_IMPLS)
     report.runs += len(runs)
     report.complete = report.complete and complete

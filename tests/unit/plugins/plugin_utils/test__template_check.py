@@ -16,6 +16,7 @@ import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gotemplate as gotemplate
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
@@ -24,6 +25,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sG
 
 V3 = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
 RUNC = "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n"
+RENDERING = k3s_base.Rendering.__init__
 DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "docs", "template-outcomes.md")
 
 
@@ -154,6 +156,24 @@ def test_our_own_block_is_no_after_install_duplicate(sandbox):
     sandbox.write(file_changes[0]["node_path"], file_changes[0]["after"])
     node = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", toolkit_dirs=["/opt/nvidia/bin"])
     assert changes.compute(NodeFacts.from_reading(node), {})[1] == []
+
+
+@pytest.mark.parametrize("release,layout,template", [
+    ("v1.31.6+k3s1", "custom_off_path", None),  # the template the module edits in place
+    ("v1.33.10+k3s1", "package", '{{ template "base" . }}\n# the node team\n'),  # a drop-in beside the user's template
+])
+def test_the_base_is_worked_out_once_per_task(sandbox, monkeypatch, release, layout, template):
+    # the template check, the release's own runtime tables and the layers under a drop-in read one rendering (the
+    # node side's planner asks only which tables the base emits: _plan.reserved_tables)
+    sandbox.k3s("k3s", layout)
+    if template is not None:
+        sandbox.write(V3, template)
+    node = NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", release, toolkit_dirs=["/opt/nvidia/bin"]))
+    worked_out = []
+    monkeypatch.setattr(k3s_base.Rendering, "__init__", lambda self, *args: worked_out.append(args) or RENDERING(self, *args))
+    plan, _file_changes = changes.compute(node, {})
+    assert plan["template_outcome"] in ("edit", "fine") and plan["write"], plan
+    assert len(worked_out) == 1, worked_out
 
 
 def test_a_users_own_keys_in_a_table_k3s_now_renders_are_not_dropped(sandbox):

@@ -71,6 +71,27 @@ def test_base_output_is_read_in_one_pass(release, schema):
     assert agrees(text), "the base of %s (schema %d) should be plain TOML" % (release, schema)
 
 
+@pytest.mark.parametrize("release,schema", [("v1.28.15+k3s1", 2), ("v1.31.6+k3s1", 2), ("v1.31.6+k3s1", 3),
+                                            ("v1.33.10+rke2r1", 3), ("v1.37.0+k3s1", 3)])
+@pytest.mark.parametrize("default_runtime", ["nvidia", None])
+def test_one_base_rendering_reads_the_same_as_its_text(release, schema, default_runtime):
+    profile = distro.profile("rke2" if "rke2" in release else "k3s", release)
+    base = k3s_base.Rendering(profile, schema, dict(BASE_PARAMS, default_runtime=default_runtime))
+    parsed = tomllib.loads(base.text)
+    assert base.document() == parsed  # what containerd reads, built from the tables without a parser
+    base.document()["plugins"].clear()
+    assert base.document() == parsed  # each call a fresh dict: a caller merges into it
+    for path, keys in base.tables:
+        table = parsed
+        for part in path:
+            table = table[part]
+        assert base.table(path) == dict((k, v) for k, v in table.items() if not isinstance(v, dict)) == dict(keys)
+    assert base.table(("plugins", "no-such-plugin")) is None
+    assert k3s_base.render_base(profile, schema, base.params) == base.text
+    assert base.fits(profile, schema, dict(base.params)) and not base.fits(profile, 5 - schema, base.params)
+    assert not base.fits(profile, schema, dict(base.params, default_runtime="runc"))
+
+
 def test_corpus_templates_agree_and_most_are_plain():
     answered = checked = 0
     for case in corpus.load_cases():
