@@ -9,7 +9,7 @@ what the containerd step changed (Changes), carried between the role's tasks as 
 The host step serializes a HostState once, as JSON text, into gpu_node_result.node; the next phase, the package step,
 the handler and the cluster step read it back with HostState.from_result. Text, not a nested dict: Ansible's main
 process walks every key of every registered result (TaskResult.result, the callbacks), and with a dict the host state
-was most of that walk, about 0.6 s of a 6.9 s no-op run at 100 hosts under mitogen_linear (benchmarks/RESULTS.md).
+was most of that walk, about 0.4 s of a 6.8 s no-op run at 100 hosts under mitogen_linear (benchmarks/RESULTS.md).
 PRIVATE to the collection."""
 
 from __future__ import annotations
