@@ -314,7 +314,7 @@ def base_params(facts, profile, detected, default_runtime):
 def node_base(facts, profile, schema, detected, default_runtime):
     """The base k3s renders for this node state, as a k3s_base.Rendering: worked out once per task and read by the
     template check, the release's own runtime tables and the layers under a drop-in (_changes)."""
-    return k3s_base.Rendering(profile, schema, base_params(facts, profile, detected, default_runtime))
+    return _base_of(facts, profile, schema, detected, default_runtime, None)
 
 
 def _base_of(facts, profile, schema, detected, default_runtime, given):
