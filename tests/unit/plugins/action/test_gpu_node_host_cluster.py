@@ -11,49 +11,22 @@ refusal whose result holds the message and no internal state, and every argument
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from unittest import mock
 
 import pytest
 from ansible.errors import AnsibleActionFail
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_cluster, gpu_node_host
-from ansible_collections.k3s_gpu.nvidia.plugins.modules import node_files, runtime_info
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_step as cluster_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _summary as summary
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
-from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.action.action_harness import make_action
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.action.action_harness import (
+    RELEASE, cluster_plan, host_step, make, run_node_module)
 
-RELEASE = "v1.31.6+k3s1"
-NODE_MODULES = {"k3s_gpu.nvidia.runtime_info": runtime_info, "k3s_gpu.nvidia.node_files": node_files}
 TEMPLATE = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
 SHA_A = "87428fc522803d31065e7bce3cf03fe475096631e5e07bbd7a0fde60c4cf25c7"  # SHA-256 of "a\n"
-
-
-def run_node_module(name, module_args, check_mode):
-    """A node-side module of the collection, run in this process as AnsiballZ runs it on the node."""
-    args = dict(module_args, _ansible_check_mode=check_mode, _ansible_diff=True)
-    out = io.StringIO()
-    with patch_module_args(args), contextlib.redirect_stdout(out), pytest.raises(SystemExit):
-        NODE_MODULES[name].main()
-    return json.loads(out.getvalue())
-
-
-def make(module, args, check_mode=False):
-    action = make_action(module, args, check_mode, diff=True)
-    action._remove_tmp_path = lambda path: None
-    action._execute_module = lambda module_name, module_args, task_vars: run_node_module(module_name, module_args, check_mode)
-    return action
-
-
-def host_step(sandbox, args=None, check_mode=False, **role_vars):
-    task_vars = dict({"inventory_hostname": "gpu1", "ansible_connection": "local", "gpu_node_root": sandbox.root,
-                      "gpu_node_release": RELEASE, "gpu_node_force": True, "gpu_node_toolkit_install": False}, **role_vars)
-    return make(gpu_node_host, args or {}, check_mode).run(task_vars=task_vars)
 
 
 def test_a_node_is_configured_once_then_left_as_it_is(sandbox):
@@ -171,14 +144,6 @@ def test_the_cluster_plan_names_the_writer_of_each_cluster():
     assert not result.get("failed"), result.get("msg")
     assert sorted((c["name"], c["writer"], c["complete"]) for c in result["clusters"]) == [
         ("default", "server1", True), ("east", "server2", True)]
-
-
-def cluster_plan(hostvars, skip_unchanged=True):
-    action = make(gpu_cluster, {"phase": "plan", "hosts": ["gpu1"], "pattern_hosts": ["gpu1"], "servers": ["gpu1"],
-                                "skip_unchanged": skip_unchanged})
-    result = action.run(task_vars={"hostvars": hostvars, "ansible_play_hosts": ["gpu1"]})
-    assert not result.get("failed"), result.get("msg")
-    return result
 
 
 def test_a_cluster_whose_manifests_are_as_they_would_be_written_gets_no_writer(sandbox):
