@@ -131,7 +131,7 @@ class ActionModule(SpecAction):
             if plan.selected:
                 host_step.device_plugin_labels(settings, host)  # the sharing settings refused before any install
         except K3sGpuError as exc:
-            return host_step.failed(result, str(exc))
+            return host_step.failed(result, "%s. Nothing was changed." % str(exc))
         for message in plan.messages:
             display.display(message)
         cdi = host_step.cdi_due(facts, plan, settings)
@@ -190,9 +190,10 @@ class ActionModule(SpecAction):
             # k3s/rke2 add node-label entries to the node at every start (labels are added, never removed)
             handler_labels=settings["handler_labels"] if facts.distribution in (distro.K3S, distro.RKE2) else None,
             backup=settings["backup"], node_facts=facts.reading,
-            # the release the inventory asks for: its template check is reported before the upgrade reaches the node
+            # the release the inventory asks for (k3s/rke2 nodes): its template check is reported before the upgrade
+            # reaches the node; a plain containerd node of the same inventory has no release to upgrade to
             target_release=settings["target_release"] if settings["target_release"] not in ("", facts.release) and not absent
-            else None)
+            and facts.distribution in (distro.K3S, distro.RKE2) else None)
         if params["handler_labels"] is not None:
             params["node_labels"] = host_step.device_plugin_labels(settings, self._host)
         return params
@@ -206,7 +207,10 @@ class ActionModule(SpecAction):
             return host_step.failed(result, "%s. Nothing was changed." % str(exc))
         validated = ArgumentSpecValidator(configure.SPEC).validate(params)
         if validated.error_messages:
-            return host_step.failed(result, "; ".join(validated.error_messages))
+            # the role's variables were checked by the role's spec (gpu_node_runtimes by the module's own): not the user's
+            return host_step.failed(result, "%s: the host step built options that containerd_runtimes refuses (%s): a "
+                                            "defect of k3s_gpu.nvidia, please report it. Nothing was changed." % (
+                                                self._host, "; ".join(validated.error_messages)))
         # state absent: the CDI spec the role generated goes in the same node_files execution
         extra, extra_warnings = host_step.cdi_spec_changes(facts, settings) if absent else ([], [])
         result["warnings"].extend(extra_warnings)
@@ -346,7 +350,7 @@ class ActionModule(SpecAction):
         checked = configure.run({}, ArgumentSpecValidator(configure.SPEC).validate(params).validated_parameters,
                                 execute_module, False)
         result["warnings"].extend(checked.pop("warnings", None) or [])
-        refused = checked.get("msg") if checked.get("failed") else ""
+        refused = host_step.role_message(checked) if checked.get("failed") else ""
         report = dict(node=host, release="%s -> %s" % (facts.release, target), refused_now=refused,
                       breaks_on_target=checked.get("upgrade_findings") or [],
                       warnings_now=[f for f in checked.get("template_findings") or [] if f.get("when") != "upgrade"])

@@ -42,12 +42,19 @@ INITRAMFS = {packages.APT: (["update-initramfs", "-u"], "/usr/sbin/update-initra
              packages.DNF: (["dracut", "--force"], "/usr/bin/dracut")}
 
 
-class StepFailed(Exception):
-    """A module failed; the result says why."""
+# the argument that says what a module worked on, for the message of its failure
+_SUBJECT_ARGS = ("argv", "name", "url", "src", "dest", "path")
 
-    def __init__(self, result):
+
+class StepFailed(Exception):
+    """A module failed; the result says why, the module and its arguments say where."""
+
+    def __init__(self, result, module="", module_args=None):
         super(StepFailed, self).__init__(result.get("msg") or "")
         self.result = result
+        subject = next((module_args[key] for key in _SUBJECT_ARGS if (module_args or {}).get(key)), None)
+        shown = " ".join(subject) if isinstance(subject, list) else subject
+        self.step = "%s (%s)" % (module, shown) if shown else module
 
     def reason(self):
         return ("%s %s" % (self.result.get("msg") or "", (self.result.get("stderr") or "").strip())).strip()
@@ -80,7 +87,10 @@ class ActionModule(SpecAction):
             result["changed"] = changed  # what was written before the failure stays written
             return result
         except StepFailed as exc:
-            result.update(exc.result, changed=self._changed, failed=True)
+            # the step and its module's own message; not the module's whole result
+            changed = self._changed
+            host_step.failed(result, "%s: %s failed: %s" % (self._host, exc.step, exc.reason()))
+            result["changed"] = changed  # what was written before the failure stays written
             return result
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
@@ -102,7 +112,7 @@ class ActionModule(SpecAction):
         finally:
             self._read_only = False
         if outcome.get("failed") and not may_fail:
-            raise StepFailed(outcome)
+            raise StepFailed(outcome, name, module_args)
         if read_only:
             outcome["changed"] = False
         elif changed_when is not None and not outcome.get("skipped"):
@@ -138,7 +148,7 @@ class ActionModule(SpecAction):
             loader=self._loader, templar=self._templar, shared_loader_obj=self._shared_loader_obj)
         outcome = copy.run(task_vars=self._task_vars)
         if outcome.get("failed"):
-            raise StepFailed(outcome)
+            raise StepFailed(outcome, "ansible.builtin.copy", {"dest": dest})
         self._changed = self._changed or bool(outcome.get("changed"))
         return outcome
 

@@ -434,8 +434,9 @@ def _check_policy(newer_release):
                           variable="newer_release")
 
 
-def parse_release(distribution, text, newer_release=NEWER_RELEASE_REFUSE):
-    """Parse and check a k3s/rke2 release; too-old lines are refused, newer ones per newer_release."""
+def parse_release(distribution, text, newer_release=NEWER_RELEASE_REFUSE, option="release"):
+    """Parse and check a k3s/rke2 release; too-old lines are refused, newer ones per newer_release. option: the
+    module option the release came from, which a refusal names (release, or target_release)."""
     _check_policy(newer_release)
     release = Release(distribution, text)
     if release.line not in KNOWN_LINES:
@@ -453,8 +454,8 @@ def parse_release(distribution, text, newer_release=NEWER_RELEASE_REFUSE):
             "containerd template and runtime detection may differ, so nothing is guessed" % (
                 distribution, text, release.line, oldest, newest),
             "upgrade the collection; or, after checking that %s behaves like %s, set {newer_release}=assume_newest_known "
-            "to proceed as on the newest %s release with a warning; or set {release} to the closest known release" % (
-                release.line, newest, newest), ("newer_release", "release"))
+            "to proceed as on the newest %s release with a warning; or set {%s} to the closest known release" % (
+                release.line, newest, newest, option), ("newer_release", option))
     return release
 
 
@@ -563,17 +564,18 @@ def _detected_runtimes(release, detection):
     return detected
 
 
-def profile(distribution, release_text, newer_release=NEWER_RELEASE_REFUSE):
+def profile(distribution, release_text, newer_release=NEWER_RELEASE_REFUSE, option="release"):
     """Everything a release implies, as one plain dict (the view the rest of the engine uses).
 
     A release of a line newer than the table is refused, or with newer_release=assume_newest_known
     read as the newest known line: then `assumed_line` names that line and `assumed_warning` says
     what is assumed and the risk (the modules warn with it). `schema` is the config version of a file
-    the collection creates; `config_version_max` the highest version the node's containerd reads.
+    the collection creates; `config_version_max` the highest version the node's containerd reads. option: the module
+    option the release came from, which a refusal names.
     """
     if distribution == CONTAINERD:
         return _containerd_profile(release_text, newer_release)
-    release = parse_release(distribution, release_text, newer_release)
+    release = parse_release(distribution, release_text, newer_release, option)
     assumed = release.table_line if release.table_line != release.line else None
     containerd_line = _release_containerd_line(release)
     containerd2 = containerd_line != "1.7"

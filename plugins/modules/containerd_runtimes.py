@@ -180,7 +180,10 @@ options:
     description:
       - The k3s/rke2 release the node is about to get. The template k3s reads is also rendered for that release (its
         template fields and functions, what its base emits) and what would break there is returned in
-        RV(upgrade_findings), each with the line and the fix. Nothing is refused for it.
+        RV(upgrade_findings), each with the line and the fix. What would break there is not refused.
+      - Refused by name, before anything is decided, also where the node has no template to render - a text that
+        is no release of the node's distribution, a release of a line this collection does not know (see
+        O(newer_release)), and any O(target_release) on a plain containerd node.
       - The playbook C(k3s_gpu.nvidia.upgrade_check) runs this read-only over a fleet.
     type: str
   normalize_encoding:

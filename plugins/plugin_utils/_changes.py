@@ -69,6 +69,7 @@ def _checked_labels(labels):
 def compute(facts, params):
     """Plan and file changes for the task, from the node's reading (a _host_state.NodeFacts: the node side's planner
     takes its dict, facts.reading). Raises K3sGpuError; nothing is written then."""
+    target_profile = _target_profile(facts, params)
     plan = planner.make_plan(
         facts.reading, runtimes=params.get("runtimes"), state=params.get("state") or "present",
         default_runtime=params.get("default_runtime"), enable_cdi=params.get("enable_cdi"), path=params.get("path"))
@@ -81,7 +82,7 @@ def compute(facts, params):
     # runtime tables and the layers under a drop-in all read it
     base = None if facts.distribution == distro.CONTAINERD else template_check.node_base(
         facts, profile, target["schema"], list(facts.release_runtimes), default_flag)
-    reader = _template_reader(facts, plan, params, default_flag, base)
+    reader = _template_reader(facts, plan, params, default_flag, base, target_profile)
     plan["backup"] = release_rules.backup_prefix(target["path"]) if params.get("backup") else None
     plan["release_tables"] = _release_tables(facts, plan, base)
     plan["base_included"] = target["mode"] == planner.MODE_TEMPLATE and planner.template_includes_base(facts.reading, target)
@@ -94,7 +95,7 @@ def compute(facts, params):
                                checked_after=target["mode"] == planner.MODE_TEMPLATE and facts.distribution != distro.CONTAINERD)
     after = applied.text
     plan["removed_for_base"], plan["removed_stale"] = applied.removed_for_base, applied.removed_stale
-    _check_rendered(facts, plan, params, reader, after, default_flag, base)
+    _check_rendered(facts, plan, params, reader, after, default_flag, base, target_profile)
     note = toml.inheritance_note(plan.get("inherited_from")) if plan["state"] == "present" and plan["write"] else None
     if note:
         plan["notes"].append(note)
@@ -432,21 +433,27 @@ def _flag_default_runtime(facts, plan):
     return current.get("value")
 
 
-def _check_args(facts, params):
+def _target_profile(facts, params):
+    """The profile of target_release (None: not set), worked out once before anything is planned: a text that is no
+    release of the node's distribution, a line this collection does not know and a plain containerd node are refused by
+    name whether or not the node has a template to render for it."""
     target_release = params.get("target_release")
     if not target_release:
         return None
     if facts.distribution == distro.CONTAINERD:
         raise K3sGpuError("{target_release} is for k3s and rke2 nodes (their templates change with the release); "
-                          "this node runs plain containerd", fix="leave {target_release} unset here", variable="target_release")
+                          "this node runs plain containerd", fix="leave {target_release} unset here; nothing was written",
+                          variable="target_release")
     try:
         return distro.profile(facts.distribution, target_release,
-                              params.get("newer_release") or distro.NEWER_RELEASE_REFUSE)
+                              params.get("newer_release") or distro.NEWER_RELEASE_REFUSE, "target_release")
     except K3sGpuError as exc:
-        raise K3sGpuError("{target_release}: %s" % exc.cause, exc.fix, ("target_release",) + exc.variables) from exc
+        variables = tuple(dict.fromkeys(("target_release",) + exc.variables))
+        raise K3sGpuError("{target_release}: %s" % exc.cause, "; ".join(part for part in (exc.fix, "nothing was written") if part),
+                          variables) from exc
 
 
-def _template_reader(facts, plan, params, default_flag, base):
+def _template_reader(facts, plan, params, default_flag, base, target_profile):
     """Check the template k3s/rke2 reads as it is now: refuse what breaks the node before anything is
     decided on top of it. Returns the report (None: no template, or plain containerd)."""
     if facts.distribution == distro.CONTAINERD:
@@ -460,7 +467,7 @@ def _template_reader(facts, plan, params, default_flag, base):
     edit_in_place = target["mode"] == planner.MODE_TEMPLATE and target["key"] == key
     # a template edited in place is checked whole once, as it will be written (_check_rendered)
     report = template_check.check(info["content"], info["path"], facts, schema,
-                                  default_runtime=default_flag, target_profile=_check_args(facts, params),
+                                  default_runtime=default_flag, target_profile=target_profile,
                                   normalize=bool(params.get("normalize_encoding")), light=edit_in_place,
                                   cache=params.get("_check_cache"), base=base)
     report.schema = schema
@@ -500,7 +507,7 @@ def refusal_before_install(facts):
     return report.refusal(blocking) if blocking else None
 
 
-def _check_rendered(facts, plan, params, reader, after, default_flag, base):
+def _check_rendered(facts, plan, params, reader, after, default_flag, base, target_profile):
     """The template we are about to write, rendered for the node now, after the toolkit install and on
     target_release: refuse anything that would break it (nothing is written then)."""
     target = plan["target"]
@@ -508,7 +515,7 @@ def _check_rendered(facts, plan, params, reader, after, default_flag, base):
         return
     schema = target["schema"] if reader is None else reader.schema
     report = template_check.check(after, target["path"], facts, schema, default_runtime=default_flag,
-                                  target_profile=_check_args(facts, params), ours={r["name"] for r in plan["write"]},
+                                  target_profile=target_profile, ours={r["name"] for r in plan["write"]},
                                   cache=params.get("_check_cache"), base=base)
     _record(plan, report, replace=True)
     if report.refusals:

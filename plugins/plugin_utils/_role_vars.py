@@ -30,6 +30,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import BOOLEANS, boolean
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 SPEC_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))),
@@ -74,6 +75,10 @@ def _load():
             data = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: 10x faster
         for name, entry in data["argument_specs"].items():
             _SPECS[name] = _argument_spec(entry.get("options") or {})
+            if "gpu_node_runtimes" in _SPECS[name]:
+                # the role hands gpu_node_runtimes to containerd_runtimes' runtimes: each entry is checked by that spec,
+                # the one place its keys and defaults are declared, and refused under the role's variable name
+                _SPECS[name]["gpu_node_runtimes"]["options"] = specs.RUNTIME_SPEC
     return _SPECS
 
 

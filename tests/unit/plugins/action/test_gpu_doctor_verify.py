@@ -135,3 +135,22 @@ def test_a_failed_read_is_the_tasks_failure():
     action._execute_module = lambda module_name, module_args, task_vars: {"failed": True, "msg": "Unauthorized"}
     with pytest.raises(AnsibleActionFail, match="reading the Pods of the smoke test failed: Unauthorized"):
         action.run(task_vars={})
+
+
+# ------------------------------------------------------------------ verify's failures
+def test_verify_with_nothing_to_test_fails_with_what_it_found():
+    result = make(gpu_verify, {"phase": "choose", "classes": CLASSES, "nodes": []}).run(task_vars={})
+    assert result["failed"] and result["pods"] == []
+    assert result["msg"][-1] == ("Nothing to test: 2 NVIDIA RuntimeClasses (nvidia, nvidia-cdi) and 0 nodes with "
+                                 "allocatable nvidia.com/gpu (none).")
+    assert result["msg"][:-1] == result["lines"]
+
+
+def test_a_smoke_pod_that_did_not_see_its_gpu_fails_the_report_by_node_and_class():
+    pod = smoke("Failed", {"terminated": {"exitCode": 127, "reason": "Error"}})
+    logs = [{"item": {"metadata": {"name": pod["metadata"]["name"]}}, "log_lines": ["sh: nvidia-smi: not found"]}]
+    result = make(gpu_verify, {"phase": "report", "pods": [pod], "logs": logs, "expected": 1,
+                               "allocatable": {"gpu1": 2}}).run(task_vars={})
+    assert result["failed"] and result["failed_pods"] == ["gpu1 / nvidia (pod)"]
+    assert result["msg"][0].startswith("gpu1 / nvidia: BROKEN at pod: the container did not start: exit code 127. Fix: ")
+    assert result["msg"][-1] == "GPU smoke test failed: gpu1 / nvidia (pod)"

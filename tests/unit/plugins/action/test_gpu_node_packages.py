@@ -27,8 +27,10 @@ ROCKY = {"os_family": "RedHat", "distribution": "Rocky", "distribution_major_ver
 class FakeNode(object):
     """Files, packages, holds and version locks of a host; each module call is recorded."""
 
-    def __init__(self, check_mode, key_fingerprint=TOOLKIT_FP, files=None, broken=(), locks=(), installed=(), held=()):
+    def __init__(self, check_mode, key_fingerprint=TOOLKIT_FP, files=None, broken=(), locks=(), installed=(), held=(),
+                 failing=None):
         self.check_mode = check_mode
+        self.failing = dict(failing or {})  # module name: the message it fails with
         self.key_fingerprint = key_fingerprint
         self.files = dict({"/usr/bin/gpg": "", "/usr/lib/python3/dist-packages/debian/deb822.py": ""}, **(files or {}))
         self.broken = set(broken)
@@ -42,6 +44,8 @@ class FakeNode(object):
         name = module_name.rsplit(".", 1)[-1]
         self.calls.append((name, module_args.get("argv") or module_args.get("name") or module_args.get("path")
                            or module_args.get("dest") or module_args.get("src")))
+        if name in self.failing:
+            return {"failed": True, "msg": self.failing[name], "url": module_args.get("url"), "invocation": module_args}
         return getattr(self, "_" + name)(module_args, check)
 
     def _write(self, path, content, check):
@@ -243,3 +247,29 @@ def test_removal_in_check_mode_changes_nothing(facts):
     before = (dict(node.files), set(node.installed), set(node.held))
     result = run_action(node, {"source": "toolkit", "state": "absent", "remove_source": True}, facts=facts, check_mode=True)
     assert result["changed"] and (node.files, node.installed, node.held) == before
+
+
+def test_a_module_that_fails_names_the_step_and_its_message_not_its_whole_result():
+    node = FakeNode(check_mode=False, failing={"get_url": "Request failed: <urlopen error timed out>"})
+    result = run_action(node, {"source": "toolkit"})
+    assert result["failed"] and result["changed"] is False
+    assert result["msg"] == ("gpu1: ansible.builtin.get_url (https://nvidia.github.io/libnvidia-container/gpgkey) failed: "
+                             "Request failed: <urlopen error timed out>"), result["msg"]
+    assert not set(result) & {"url", "invocation"}, sorted(result)
+    assert "/tmp/ansible.key" not in node.files and "deb822_repository" not in names(node)
+
+
+def test_a_file_the_copy_action_cannot_write_fails_the_step_by_its_path():
+    node = FakeNode(check_mode=False, key_fingerprint="EB693B3035CD5710E231E123A4B469963BF863CC",
+                    files={"/usr/sbin/update-initramfs": ""})
+    action = make_action(action_plugin, {"source": "driver"})
+    action._execute_module = lambda module_name, module_args, task_vars: node.run(action, module_name, dict(module_args))
+    action._remove_tmp_path = lambda path: None
+    copy = mock.MagicMock()
+    copy.run.return_value = {"failed": True, "msg": "Destination directory /etc/modprobe.d does not exist"}
+    with mock.patch.object(action._shared_loader_obj.action_loader, "get", return_value=copy):
+        result = action.run(task_vars={"inventory_hostname": "gpu1", "ansible_facts": DEBIAN, "gpu_node_driver_reboot": "never"})
+    assert result["failed"] and result["msg"] == (
+        "gpu1: ansible.builtin.copy (/etc/modprobe.d/blacklist-nouveau.conf) failed: Destination directory "
+        "/etc/modprobe.d does not exist"), result["msg"]
+    assert copy.run.call_count == 1 and "apt" not in names(node)  # the blacklist comes before the packages

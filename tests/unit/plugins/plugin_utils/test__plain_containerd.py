@@ -278,3 +278,10 @@ def test_node_containerd_validates_on_a_real_root_only():
 def test_gather_names_the_node_containerd_binary(sandbox):
     sandbox.binary("/usr/local/bin/containerd")
     assert detect.gather(sandbox.root, "containerd", "2.1.4")["containerd_binary"] == "/usr/local/bin/containerd"
+
+
+def test_a_target_release_on_plain_containerd_is_refused_by_name(sandbox):
+    # k3s and rke2 change their template with the release; plain containerd has none to render for it
+    with pytest.raises(K3sGpuError, match=r"^target_release is for k3s and rke2 nodes .*; leave target_release unset "
+                                          r"here; nothing was written$"):
+        run(sandbox, HARDENED_V3, target_release="v1.33.10+k3s1")
