@@ -66,7 +66,8 @@ def _refuse_unusable(info, what):
     if state == "directory":
         raise K3sGpuError("%s %s is a directory" % (what, path), fix="expected a file. Remove or rename the directory")
     if state == "other":
-        raise K3sGpuError("%s %s is not a regular file" % (what, path))
+        raise K3sGpuError("%s %s is not a regular file (a device, socket or FIFO)" % (what, path),
+                          fix="containerd and k3s read only regular files: replace it with one; nothing was written")
     error = info.get("error")
     if error == "too_large":
         raise K3sGpuError(
@@ -78,7 +79,8 @@ def _refuse_unusable(info, what):
             fix="TOML must be UTF-8 and containerd 2.x refuses anything else [encoding_utf8]. Convert the file to "
                 "UTF-8 (iconv -t UTF-8); nothing was written")
     if error == "unreadable":
-        raise K3sGpuError("%s %s cannot be read" % (what, path))
+        raise K3sGpuError("%s %s cannot be read by the user the task runs as" % (what, path),
+                          fix="run the task as root (become: true), as k3s and containerd do; nothing was written")
 
 
 def select_target(facts, path=None):
@@ -346,13 +348,16 @@ def normalize_runtimes(facts, requested):
         if binary is None:
             found = [r for r in facts["runtimes"] if r["name"] == name]
             if not found:
-                raise K3sGpuError("runtime %s: no binary given and none detected on the node" % name, fix="set binary")
+                raise K3sGpuError("runtime %s in {runtimes}: no binary given and none detected on the node" % name,
+                                  fix="give its binary (the runtime's path on the node), or install the NVIDIA Container "
+                                      "Toolkit first; nothing was written", variable="runtimes")
             binary = found[0]["binary"]
         else:
             check_runtime_binary(name, binary, binaries.get(binary))
         options = dict(item.get("options") or {})
         if "BinaryName" in options:
-            raise K3sGpuError("runtime %s: set the binary with `binary`, not options.BinaryName" % name)
+            raise K3sGpuError("runtime %s in {runtimes}: options.BinaryName is set" % name,
+                              fix="give the path as the runtime's binary instead; nothing was written", variable="runtimes")
         check_options(name, runtime_type, options)
         result.append({"name": name, "binary": binary, "runtime_type": runtime_type, "options": options,
                        "systemd_cgroup": item.get("systemd_cgroup"), "explicit": True})

@@ -12,6 +12,7 @@ looks at names, types and permission bits.
 from __future__ import annotations
 
 import os
+import stat
 import shutil
 import tempfile
 
@@ -87,6 +88,8 @@ class Sandbox:
                 host = os.path.join(directory, name)
                 if os.path.islink(host):
                     result[host] = ("link", os.readlink(host))
+                elif not stat.S_ISREG(os.lstat(host).st_mode):
+                    result[host] = ("other", os.lstat(host).st_mode)  # a FIFO would block an open
                 else:
                     with open(host, "rb") as handle:
                         result[host] = (handle.read(), os.stat(host).st_mode)

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 
 import pytest
@@ -175,7 +176,7 @@ def test_explicit_runtime_that_base_renders_with_another_binary(sandbox):
     assert plan["write"][0]["name"] == "nvidia" and "overrides" in plan["notes"][0]
 
 
-@pytest.mark.parametrize("kind", ["symlink", "directory", "large", "not_utf8"])
+@pytest.mark.parametrize("kind", ["symlink", "directory", "large", "not_utf8", "fifo"])
 def test_unusable_target_file(sandbox, kind):
     sandbox.k3s("k3s", "package")
     target = CONTAINERD_DIR + "/config-v3.toml.tmpl"
@@ -189,6 +190,9 @@ def test_unusable_target_file(sandbox, kind):
     elif kind == "large":
         sandbox.write(target, "# x\n" * (5 * 1024 * 1024 // 4))
         message = "larger than the 1 MiB"
+    elif kind == "fifo":
+        os.mkfifo(sandbox.path(target))
+        message = r"is not a regular file \(a device, socket or FIFO\); containerd and k3s read only regular files"
     else:
         sandbox.write(target, b'{{ template "base" . }}\n# caf\xe9\n')
         message = r"not valid UTF-8 \(first bad byte on line 2\)"
@@ -196,6 +200,32 @@ def test_unusable_target_file(sandbox, kind):
     with pytest.raises(K3sGpuError, match=message) as info:
         run(sandbox)
     assert target in str(info.value)
+    assert sandbox.snapshot() == before
+
+
+def test_a_file_the_task_cannot_read_asks_for_root():
+    # root reads every file of a sandbox tree: the reading's fact stands for a node file the connection's user cannot read
+    info = {"state": "file", "path": CONTAINERD_DIR + "/config-v3.toml.tmpl", "error": "unreadable"}
+    with pytest.raises(K3sGpuError, match=r"^template .*config-v3.toml.tmpl cannot be read by the user the task runs as; "
+                                          r"run the task as root \(become: true\), .*; nothing was written$"):
+        planner._refuse_unusable(info, "template")
+
+
+@pytest.mark.parametrize("entry, words", [
+    ({"name": "nvidia-experimental"}, "runtime nvidia-experimental in {runtimes}: no binary given and none detected on the "
+                                      "node; give its binary"),
+    ({"name": "nvidia", "binary": "/usr/bin/nvidia-container-runtime", "options": {"BinaryName": "/usr/bin/x"}},
+     "runtime nvidia in {runtimes}: options.BinaryName is set; give the path as the runtime's binary instead"),
+])
+def test_a_runtime_entry_the_plan_cannot_take_names_the_option_and_the_fix(sandbox, entry, words):
+    sandbox.k3s("k3s", "package")
+    before = sandbox.snapshot()
+    with pytest.raises(K3sGpuError) as raised:
+        run(sandbox, binaries=["/usr/bin/nvidia-container-runtime"], runtimes=[entry])
+    assert raised.value.variables == ("runtimes",) and raised.value.fix.endswith("; nothing was written")
+    assert words in "%s; %s" % (raised.value.cause, raised.value.fix)
+    assert raised.value.text({"runtimes": "gpu_node_runtimes"}).startswith(words.split(":")[0].replace(
+        "{runtimes}", "gpu_node_runtimes"))
     assert sandbox.snapshot() == before
 
 

@@ -179,3 +179,16 @@ def test_remove_empty_parent(tmp_path, capsys, others, check_mode, backup, remov
     assert result["files"][0]["action"] == "removed"
     assert result["files"][0]["parent_removed"] == (str(directory) if removed else None)
     assert directory.exists() is (check_mode or not removed)
+
+
+@pytest.mark.parametrize("entry, words", [
+    ({"validate": "containerd config dump"}, "files[].validate for {path} must contain %s (the new file), got "
+                                             "'containerd config dump'"),
+    ({"content": None, "expected_state": "absent"}, "files[0] ({path}): expected_state=absent needs content to create the file"),
+])
+def test_an_entry_the_module_cannot_apply_is_refused_and_nothing_is_written(node, capsys, entry, words):
+    path = str(node / "etc" / "config.toml")
+    before = snapshot(node)
+    result = run(capsys, [dict({"path": path, "content": NEW}, **entry)])
+    assert result["failed"] is True and words.format(path=path) in result["msg"], result["msg"]
+    assert snapshot(node) == before

@@ -285,3 +285,32 @@ def test_a_target_release_on_plain_containerd_is_refused_by_name(sandbox):
     with pytest.raises(K3sGpuError, match=r"^target_release is for k3s and rke2 nodes .*; leave target_release unset "
                                           r"here; nothing was written$"):
         run(sandbox, HARDENED_V3, target_release="v1.33.10+k3s1")
+
+
+NVIDIA_V2 = "/usr/bin/nvidia-container-runtime"
+
+
+@pytest.mark.parametrize("text, params, words", [
+    # the runtime as an inline table: its keys cannot be edited in place
+    ('version = 2\n[%s.runtimes]\n  nvidia = { runtime_type = "io.containerd.runc.v2" }\n' % V2, {},
+     "runtime nvidia is defined with dotted keys or inline tables; define it as [%s.runtimes.nvidia] or remove it, "
+     "then rerun" % V2),
+    # taken out again: the same, by hand
+    ('version = 2\n[%s.runtimes]\n  nvidia = { runtime_type = "io.containerd.runc.v2" }\n' % V2, {"state": "absent"},
+     "runtime nvidia is defined with dotted keys or inline tables; remove it by hand"),
+    # a key this task sets that spans lines
+    ('version = 2\n[%s.runtimes.nvidia]\n  runtime_type = """\nio.containerd.runc.v1"""\n' % V2, {},
+     "line 3: runtime_type spans several lines; put it on one line so it can be updated"),
+    # the runtime's options as a dotted key of the runtime's table
+    ('version = 2\n[%s.runtimes.nvidia]\n  runtime_type = "io.containerd.runc.v2"\n  options.BinaryName = "/x"\n' % V2, {},
+     "[%s.runtimes.nvidia.options] is defined with dotted keys or an inline table; define it as a table or remove it"
+     % V2),
+])
+def test_a_table_in_a_shape_the_edit_cannot_change_is_refused_by_name_and_left_alone(sandbox, text, params, words):
+    before_node = node(sandbox, text, "1.7.24")
+    before = sandbox.snapshot()
+    runtimes = [{"name": "nvidia", "binary": NVIDIA_V2}] if params.get("state") != "absent" else None
+    with pytest.raises(K3sGpuError) as raised:
+        changes.compute(NodeFacts.from_reading(before_node), dict(params, runtimes=runtimes))
+    assert raised.value.text().startswith("%s: %s" % (CONFIG, words)), raised.value.text()
+    assert sandbox.snapshot() == before
