@@ -479,7 +479,8 @@ def parse_containerd_version(text, newer_release=NEWER_RELEASE_REFUSE):
     _check_policy(newer_release)
     match = _CONTAINERD_RE.match(text.strip())
     if not match:
-        raise K3sGpuError("containerd version %r is not of the form 1.7.24 or v2.1.4" % (text,))
+        raise K3sGpuError("containerd version %r is not of the form 1.7.24 or v2.1.4" % (text,),
+                          fix="set {release} to the version `containerd --version` prints on the node", variable="release")
     major, minor, patch = (int(x) for x in match.groups())
     line = "%d.%d" % (major, minor)
     if line not in KNOWN_CONTAINERD_LINES:

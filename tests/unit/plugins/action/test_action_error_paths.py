@@ -117,6 +117,20 @@ def test_a_plain_containerd_node_of_a_k3s_inventory_is_not_upgraded_by_the_inven
     assert result["upgrade_findings"] == []
 
 
+def test_a_plain_containerd_node_names_the_release_variable_and_the_config_line(sandbox):
+    sandbox.binary("/usr/bin/containerd")
+    sandbox.binary("/usr/bin/nvidia-container-runtime")
+    version = host_step(sandbox, gpu_node_distribution="containerd", gpu_node_release="two")
+    refused(version, "gpu1: containerd version 'two' is not of the form 1.7.24 or v2.1.4; set gpu_node_release to the "
+                     "version `containerd --version` prints on the node. Nothing was changed.")
+    sandbox.write("/etc/containerd/config.toml", 'version = 3\nimports = ["/etc/containerd/conf.d/*.toml"]\n[plugins\n')
+    before = sandbox.snapshot()
+    broken = host_step(sandbox, gpu_node_distribution="containerd", gpu_node_release="2.1.4")
+    refused(broken, "gpu1: /etc/containerd/config.toml: Expected ']' at the end of a table declaration (at line 3, "
+                    "column 9) [toml_invalid]: containerd cannot load it either; fix that line; nothing was written")
+    assert sandbox.snapshot() == before
+
+
 def test_the_upgrade_check_refuses_a_target_release_in_the_role_variables_names(sandbox):
     sandbox.k3s("k3s", "package")
     bogus = host_step(sandbox, {"phase": "upgrade_check"}, check_mode=True, gpu_node_release=DROPIN_RELEASE,
