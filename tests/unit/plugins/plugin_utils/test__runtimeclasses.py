@@ -330,6 +330,8 @@ BAD_INPUT = [
     ("quantity-float", cluster(), GOOD_NODES, {"overhead": {"cpu": 0.5}},
      r"^overhead\['cpu'\] must be a Kubernetes quantity string such as '250m' or '64Mi' \(or an integer\), got float 0.5; quote it$"),
     ("quantity-bool", cluster(), GOOD_NODES, {"overhead": {"cpu": True}}, r"got bool True; quote it"),
+    ("resource-empty", cluster(), GOOD_NODES, {"overhead": {"": "1"}},
+     r"^overhead: resource name '' must be a non-empty string such as cpu or memory$"),
     ("resource-unknown", cluster(), GOOD_NODES, {"overhead": {"gpu": "1"}},
      r"^overhead: resource name 'gpu' is not one Kubernetes accepts in overhead.podFixed; use cpu, memory"),
     ("resource-bad-extended", cluster(), GOOD_NODES, {"overhead": {"Example.com/x": "1"}},
