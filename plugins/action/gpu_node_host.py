@@ -356,8 +356,9 @@ class ActionModule(SpecAction):
                       warnings_now=[f for f in checked.get("template_findings") or [] if f.get("when") != "upgrade"])
         result.update(changed=False, report=report)
         problems = list(checked.get("upgrade_messages") or []) + ([refused] if refused else [])
-        display.display("%s: %s: %s" % (host, report["release"], "; ".join(problems) if problems else
-                                        "the template renders and loads on the target release"))
+        fine = ("the template renders and loads on the target release" if checked.get("template_outcome") is not None
+                else "no containerd template on the node, nothing to render for the target release")
+        display.display("%s: %s: %s" % (host, report["release"], "; ".join(problems) if problems else fine))
         if fail and problems:
             host_step.failed(result, "%s: %s. Nothing was changed." % (host, "; ".join(problems)))
         return result

@@ -147,6 +147,20 @@ def test_the_upgrade_check_refuses_a_target_release_in_the_role_variables_names(
     refused(other, "gpu_node_target_release: release 'v1.33.10+rke2r1' is a rke2 release, but gpu_node_distribution is k3s")
 
 
+def test_the_upgrade_check_says_when_the_node_has_no_template_to_render(sandbox):
+    sandbox.k3s("k3s", "package")
+    with mock.patch.object(gpu_node_host.display, "display") as shown:
+        result = host_step(sandbox, {"phase": "upgrade_check"}, check_mode=True, gpu_node_release=DROPIN_RELEASE,
+                           gpu_node_target_release="v1.34.6+k3s1")
+        planned = host_step(sandbox, {"phase": "upgrade_check"}, check_mode=True, gpu_node_target_release=DROPIN_RELEASE)
+    assert not result.get("failed") and not planned.get("failed"), (result.get("msg"), planned.get("msg"))
+    lines = [c.args[0] for c in shown.call_args_list]
+    assert lines == ["gpu1: %s -> v1.34.6+k3s1: no containerd template on the node, nothing to render for the target "
+                     "release" % DROPIN_RELEASE,
+                     # a template release: the template the collection would write there is rendered
+                     "gpu1: %s -> %s: the template renders and loads on the target release" % (RELEASE, DROPIN_RELEASE)]
+
+
 def test_the_upgrade_check_of_a_node_it_cannot_read_names_it(sandbox):
     result = host_step(sandbox, {"phase": "upgrade_check"}, check_mode=True, gpu_node_release="",
                        gpu_node_target_release=DROPIN_RELEASE)
