@@ -96,6 +96,7 @@ def compute(facts, params):
     after = applied.text
     plan["removed_for_base"], plan["removed_stale"] = applied.removed_for_base, applied.removed_stale
     _check_rendered(facts, plan, params, reader, after, default_flag, base, target_profile)
+    _check_dropin_on_target(plan, target_profile)
     note = toml.inheritance_note(plan.get("inherited_from")) if plan["state"] == "present" and plan["write"] else None
     if note:
         plan["notes"].append(note)
@@ -520,6 +521,26 @@ def _check_rendered(facts, plan, params, reader, after, default_flag, base, targ
     _record(plan, report, replace=True)
     if report.refusals:
         raise report.refusal()
+
+
+def _check_dropin_on_target(plan, target_profile):
+    """An upgrade finding where target_release does not import the drop-in this task writes: the directory came in
+    v1.33.10, v1.34.6 and v1.35.3, so an earlier patch of a later line (or an older line) reads no drop-in, and the
+    runtimes written there are gone after the upgrade; the template check cannot see it (there may be no template)."""
+    target = plan["target"]
+    if target_profile is None or target["mode"] != planner.MODE_DROPIN or plan["state"] == "absent" or not plan["write"]:
+        return
+    if target_profile["dropin_imports"]:
+        return
+    finding = template_check.Finding(
+        "dropin_not_read", 0, "%s %s does not import the drop-in directory, so the runtimes written here (%s) are gone "
+        "after the upgrade and pods of their RuntimeClasses fail" % (
+            target_profile["distribution"], target_profile["release"], ", ".join(r["name"] for r in plan["write"])),
+        "run k3s_gpu.nvidia.site right after the upgrade (on that release it writes them into the containerd template), "
+        "or upgrade to a release that imports the drop-in directory", when=template_check.UPGRADE)
+    plan.setdefault("upgrade_findings", []).append(finding.as_dict())
+    plan.setdefault("upgrade_messages", []).append(finding.text(target["path"]))
+    plan.setdefault("warnings", []).append(finding.text(target["path"]))
 
 
 def _record(plan, report, replace=False):

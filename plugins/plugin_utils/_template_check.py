@@ -49,6 +49,7 @@ CODES = {
     "unknown_template": (REFUSE, "the template calls a template name that does not exist (only base and its own defines)"),
     "missing_field": (REFUSE, "the template reads a field the release's template data does not have"),
     "removed_field": (WARN, "the template reads a field a later release removes"),
+    "dropin_not_read": (WARN, "the release the node is about to get does not import the drop-in the collection wrote"),
     "unverified_field": (WARN, "the template reads a field the collection's field list does not have; it may not exist"),
     "exec_error": (REFUSE, "executing the template fails"),
     "duplicate_table": (REFUSE, "a table is declared twice in what containerd loads (`table ... already exists`)"),

@@ -161,6 +161,24 @@ def test_the_upgrade_check_says_when_the_node_has_no_template_to_render(sandbox)
                      "gpu1: %s -> %s: the template renders and loads on the target release" % (RELEASE, DROPIN_RELEASE)]
 
 
+def test_the_upgrade_check_fails_a_node_whose_target_release_reads_no_drop_in(sandbox):
+    # the drop-in directory came in v1.33.10 and v1.34.6: v1.33.10 -> v1.34.5 is an upgrade that reads no drop-in
+    sandbox.k3s("k3s", "package")
+    configured = host_step(sandbox, gpu_node_release=DROPIN_RELEASE)
+    assert configured["written"] == ["nvidia-legacy"] and not configured.get("failed"), configured.get("msg")
+    before = sandbox.snapshot()
+    result = host_step(sandbox, {"phase": "upgrade_check"}, check_mode=True, gpu_node_release=DROPIN_RELEASE,
+                       gpu_node_target_release="v1.34.5+k3s1")
+    dropin = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml"
+    refused(result, "gpu1: %s: k3s v1.34.5+k3s1 does not import the drop-in directory, so the runtimes written here "
+                    "(nvidia-legacy) are gone after the upgrade" % dropin, "[dropin_not_read]. Fix: run k3s_gpu.nvidia.site")
+    assert [f["code"] for f in result["report"]["breaks_on_target"]] == ["dropin_not_read"]
+    assert sandbox.snapshot() == before
+    fine = host_step(sandbox, {"phase": "upgrade_check"}, check_mode=True, gpu_node_release=DROPIN_RELEASE,
+                     gpu_node_target_release="v1.34.6+k3s1")
+    assert not fine.get("failed") and fine["report"]["breaks_on_target"] == [], fine.get("msg")
+
+
 def test_the_upgrade_check_of_a_node_it_cannot_read_names_it(sandbox):
     result = host_step(sandbox, {"phase": "upgrade_check"}, check_mode=True, gpu_node_release="",
                        gpu_node_target_release=DROPIN_RELEASE)
