@@ -170,13 +170,20 @@ declare -a STAGE_RESULTS=()
 # shellcheck disable=SC2034  # read by scripts/test.sh
 STAGE_RC=0
 run_stage() {
-    local name=$1 start rc
+    local name=$1 start rc out tails_before
     start=$(date +%s)
     printf '\n======== [%s] %s (started %s)\n' "$name" "${STAGE_DESC[$name]:-}" "$(date +%H:%M:%S)"
+    out=$(mktemp)
+    tails_before=$(count_check_tails)
     set +e
-    (set -euo pipefail; "stage_$name")
-    rc=$?
+    (set -euo pipefail; "stage_$name") 2>&1 | tee "$out"
+    rc=${PIPESTATUS[0]}
     set -e
+    # a stage that failed outside its checks (integration) leaves its own tail
+    if ((rc)) && [[ -n ${CHECK_TAILS:-} ]] && (($(count_check_tails) == tails_before)); then
+        keep_check_tail "stage $name (exit $rc)" "$out"
+    fi
+    rm -f "$out"
     local secs=$(($(date +%s) - start))
     if ((rc == 0)); then
         printf '======== [%s] PASS in %ss\n' "$name" "$secs"
@@ -190,23 +197,53 @@ run_stage() {
 }
 
 # check NAME CMD...: run one check inside a stage with set -e in force, keep going when it fails,
-# remember the failure; checks_result fails the stage if any check failed.
+# remember the failure; checks_result fails the stage if any check failed. When CHECK_TAILS names a
+# folder, a failed check leaves the last lines it printed there (failed_check_tails prints them again
+# at the end of the run, where a CI log's tail shows them). Its output goes through tee: every
+# daemon a check starts must write to its own log, not to the check's stdout.
 declare -a CHECK_FAILURES=()
 check() {
-    local name=$1 rc start
+    local name=$1 rc start out
     shift
     start=$(date +%s)
     step "$name"
+    out=$(mktemp)
     set +e
-    (set -euo pipefail; "$@")
-    rc=$?
+    (set -euo pipefail; "$@") 2>&1 | tee "$out"
+    rc=${PIPESTATUS[0]}
     set -e
     if ((rc)); then
         CHECK_FAILURES+=("$name (exit $rc)")
         log "--- FAILED: $name (exit $rc, $(($(date +%s) - start))s)"
+        [[ -z ${CHECK_TAILS:-} ]] || keep_check_tail "$name (exit $rc)" "$out"
     else
         log "--- ok: $name ($(($(date +%s) - start))s)"
     fi
+    rm -f "$out"
+}
+
+# keep_check_tail TITLE OUTPUT: what a failed check said, short enough for a CI log's tail: its error
+# lines (a failed task, a traceback, a pytest failure; each cut at 3000 characters), then its last lines.
+CHECK_ERROR_PATTERN='fatal: |FAILED|ERROR|Error:|Traceback|AssertionError|^E  '
+keep_check_tail() {
+    mkdir -p "$CHECK_TAILS"
+    {
+        log "--- FAILED: $1; its error lines:"
+        grep -aE "$CHECK_ERROR_PATTERN" "$2" | tail -n 20 | cut -c1-3000
+        log "--- and its last 30 lines:"
+        tail -n 30 "$2"
+    } >"$(mktemp "$CHECK_TAILS/$(date +%s%N).XXXXXX")"
+}
+count_check_tails() {
+    if [[ -n ${CHECK_TAILS:-} && -d $CHECK_TAILS ]]; then find "$CHECK_TAILS" -type f | wc -l; else echo 0; fi
+}
+# failed_check_tails: the last lines of every check that failed in this run (see check).
+failed_check_tails() {
+    local tail_file
+    [[ -n ${CHECK_TAILS:-} && -d $CHECK_TAILS ]] || return 0
+    for tail_file in $(find "$CHECK_TAILS" -type f | sort); do
+        cat "$tail_file"
+    done
 }
 checks_result() {
     ((${#CHECK_FAILURES[@]} == 0)) && return 0

@@ -301,6 +301,8 @@ main() {
 
     local start failed=0 passed=0
     start=$(date +%s)
+    CHECK_TAILS=$ROOT/.tmp/failed-checks
+    rm -rf "$CHECK_TAILS"
     log "k3s_gpu.nvidia tests: ${selected[*]} (in $ROOT)"
     for s in "${selected[@]}"; do
         run_stage "$s"
@@ -315,6 +317,10 @@ main() {
         fi
     done
 
+    if ((failed)); then
+        printf '\n======== what the failed checks printed (their error lines and last lines; the whole output is above)\n'
+        failed_check_tails
+    fi
     printf '\n======== summary (%ss in all)\n' "$(($(date +%s) - start))"
     printf '  %s\n' "${STAGE_RESULTS[@]}"
     printf 'stages: %d passed, %d failed\n' "$passed" "$failed"
