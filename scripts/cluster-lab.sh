@@ -5,7 +5,7 @@
 #
 #   ./scripts/cluster-lab.sh up [--kubernetes 1.34|1.36] [--release vX.Y.Z+k3s1] [--gpus N] [--strategy envvar|cdi-cri]
 #                               [--node-root DIR]   (a node tree the gpu_node role converged, run as the lab's node)
-#   ./scripts/cluster-lab.sh status
+#   ./scripts/cluster-lab.sh status [--logs N]   (N: also the last N lines of each log and the last N events)
 #   ./scripts/cluster-lab.sh down
 #
 # `up` ends with two lines: BUSYBOX_IMAGE=<image ref> (imported, use imagePullPolicy: Never) and

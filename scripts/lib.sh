@@ -198,9 +198,9 @@ run_stage() {
 
 # check NAME CMD...: run one check inside a stage with set -e in force, keep going when it fails,
 # remember the failure; checks_result fails the stage if any check failed. When CHECK_TAILS names a
-# folder, a failed check leaves the last lines it printed there (failed_check_tails prints them again
-# at the end of the run, where a CI log's tail shows them). Its output goes through tee: every
-# daemon a check starts must write to its own log, not to the check's stdout.
+# folder, a failed check leaves what it said there (keep_check_tail), which test.sh prints again at
+# the end of the run, where a CI log's tail shows it. Its output goes through tee: every daemon a
+# check starts must write to its own log, not to the check's stdout.
 declare -a CHECK_FAILURES=()
 check() {
     local name=$1 rc start out
@@ -222,27 +222,47 @@ check() {
     rm -f "$out"
 }
 
-# keep_check_tail TITLE OUTPUT: what a failed check said, short enough for a CI log's tail: its error
-# lines (a failed task, a traceback, a pytest failure; each cut at 3000 characters), then its last lines.
+# keep_check_tail TITLE OUTPUT: what a failed check said, in two files of CHECK_TAILS: NNN.tail (its
+# error lines, each cut at 3000 characters, then its last 30 lines) and NNN.cause (one line: its
+# last failed Ansible task that was not ignored, else pytest's last FAILED line, else its last error).
 CHECK_ERROR_PATTERN='fatal: |FAILED|ERROR|Error:|Traceback|AssertionError|^E  '
 keep_check_tail() {
+    local base
     mkdir -p "$CHECK_TAILS"
+    base=$CHECK_TAILS/$(date +%s%N)
     {
         log "--- FAILED: $1; its error lines:"
         grep -aE "$CHECK_ERROR_PATTERN" "$2" | tail -n 20 | cut -c1-3000
         log "--- and its last 30 lines:"
         tail -n 30 "$2"
-    } >"$(mktemp "$CHECK_TAILS/$(date +%s%N).XXXXXX")"
+    } >"$base.tail"
+    printf -- '--- FAILED: %s: %s\n' "$1" "$(check_cause "$2" | cut -c1-600)" >"$base.cause"
 }
+
+# check_cause OUTPUT: the line of a check's output most likely to say why it failed, colours removed:
+# the last failed Ansible task that was not ignored (with the lines molecule wrapped it into, which
+# it indents under its box drawing), else pytest's last FAILED line, else the last error or line.
+check_cause() {
+    awk '{ gsub(/\033\[[0-9;]*m/, ""); sub(/\r$/, "") }
+         in_fatal && /^[ \t]*│   / { sub(/^[ \t]*│[ \t]+/, ""); fatal = fatal " " $0; next }
+         in_fatal { in_fatal = 0; if ($0 ~ /^[ \t]*(│[ \t]*)?\.\.\.ignoring/) { fatal = before; next } }
+         /fatal: \[/ { before = fatal; fatal = $0; sub(/^[ \t]*(│[ \t]*)?/, "", fatal); in_fatal = 1; next }
+         /^FAILED / { pytest = $0 }
+         /ERROR|Error:|Traceback|AssertionError/ { other = $0 }
+         NF { last = $0 }
+         END { print (fatal != "" ? fatal : pytest != "" ? pytest : other != "" ? other : last) }' "$1"
+}
+
 count_check_tails() {
-    if [[ -n ${CHECK_TAILS:-} && -d $CHECK_TAILS ]]; then find "$CHECK_TAILS" -type f | wc -l; else echo 0; fi
+    if [[ -n ${CHECK_TAILS:-} && -d $CHECK_TAILS ]]; then find "$CHECK_TAILS" -name '*.tail' | wc -l; else echo 0; fi
 }
-# failed_check_tails: the last lines of every check that failed in this run (see check).
-failed_check_tails() {
-    local tail_file
+
+# failed_checks_said SUFFIX: every failed check's .tail or .cause file of this run, oldest first.
+failed_checks_said() {
+    local file
     [[ -n ${CHECK_TAILS:-} && -d $CHECK_TAILS ]] || return 0
-    for tail_file in $(find "$CHECK_TAILS" -type f | sort); do
-        cat "$tail_file"
+    for file in $(find "$CHECK_TAILS" -name "*.$1" | sort); do
+        cat "$file"
     done
 }
 checks_result() {

@@ -319,11 +319,13 @@ main() {
 
     if ((failed)); then
         printf '\n======== what the failed checks printed (their error lines and last lines; the whole output is above)\n'
-        failed_check_tails
+        failed_checks_said tail
     fi
     printf '\n======== summary (%ss in all)\n' "$(($(date +%s) - start))"
     printf '  %s\n' "${STAGE_RESULTS[@]}"
     printf 'stages: %d passed, %d failed\n' "$passed" "$failed"
+    # last, one line per failed check: a CI page that shows only the log's last lines still says why
+    failed_checks_said cause
     ((failed == 0))
 }
 

@@ -229,11 +229,12 @@ def _cgroup_dirs():
     return sorted(glob.glob(os.path.join(CGROUP_ROOT, "*", CGROUP_NAME)))
 
 
-def _remove_cgroups():
-    """Kill what is left in the lab's cgroup tree, then rmdir it deepest first."""
+def _remove_cgroups(timeout=20):
+    """Kill what is left in the lab's cgroup tree, then rmdir it deepest first. A killed process leaves its cgroup
+    only once it has exited, which on a loaded machine (a process in uninterruptible I/O) can take seconds."""
     left = []
     for top in _cgroup_dirs():
-        for _attempt in range(20):
+        for _attempt in range(timeout * 10):
             dirs = sorted((d for d, _s, _f in os.walk(top)), key=len, reverse=True)
             for directory in dirs:
                 with contextlib.suppress(OSError):
@@ -1107,7 +1108,9 @@ def release_runtimeclasses(state):
     return names
 
 
-def status():
+def status(log_lines=0):
+    """What runs; with log_lines, also each process's last log lines and the cluster's events (what a failed test
+    prints before `down` removes the logs)."""
     state = read_state()
     if state is None:
         log("cluster lab: not running (%s absent)" % LAB_DIR)
@@ -1120,6 +1123,13 @@ def status():
             continue
         rc |= 0 if alive else 1
         log("%-24s %-8s pid %d  log %s" % (name, "running" if alive else "STOPPED", record["pid"], record["log"]))
+        if log_lines:
+            log(tail(record["log"], log_lines).rstrip("\n"))
+    if log_lines and state.get("ready"):
+        proc = subprocess.run([state["binaries"]["kubectl"], "--kubeconfig", path("kubeconfig"), "get", "events", "-A",
+                               "--sort-by=.lastTimestamp"], capture_output=True, text=True, timeout=60, check=False)
+        lines = (proc.stdout or proc.stderr).splitlines()
+        log("events:\n%s" % "\n".join(lines[:1] + lines[1:][-log_lines:]))  # the header, then the last ones
     log("KUBECONFIG=%s" % path("kubeconfig"))
     return rc
 
@@ -1138,7 +1148,9 @@ def main(argv=None):
                                                "the lab running the collection's module, and only the release's own "
                                                "RuntimeClasses are applied")
     sub.add_parser("down", help="stop it and remove everything it made")
-    sub.add_parser("status", help="what runs")
+    status_parser = sub.add_parser("status", help="what runs")
+    status_parser.add_argument("--logs", type=int, default=0, metavar="N",
+                               help="also each process's last N log lines and the last N events")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("cluster-lab: needs root (kubelet, containerd, mknod, cgroups)")
@@ -1159,7 +1171,7 @@ def main(argv=None):
             return 0
         if args.command == "down":
             return 1 if down() else 0
-        return status()
+        return status(args.logs)
     except (LabError, testbins.BuildError) as exc:
         print("cluster-lab: %s" % exc, file=sys.stderr)
         return 1

@@ -69,6 +69,13 @@ def test_a_killed_up_is_cleaned_by_the_next_up_and_down_leaves_nothing():
         assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
         assert "cleaning what a stopped or killed run left" in again.stdout
         assert again.stdout.strip().splitlines()[-1].startswith("KUBECONFIG=")
+        # what a failed test prints before `down`: each process, its last log lines, the last events
+        shown = subprocess.run([SCRIPT, "status", "--logs", "3"], capture_output=True, text=True, timeout=120, check=False)
+        assert shown.returncode == 0, shown
+        processes = [line for line in shown.stdout.splitlines() if " running  pid " in line]
+        assert len(processes) >= 6 and len(shown.stdout.splitlines()) > 2 * len(processes), shown.stdout
+        events = shown.stdout.split("\nevents:\n", 1)[1].splitlines()
+        assert events[0].split()[:2] == ["NAMESPACE", "LAST"] and len(events) == 1 + 3 + 1, shown.stdout  # + KUBECONFIG=
     finally:
         down = subprocess.run([SCRIPT, "down"], capture_output=True, text=True, timeout=300, check=False)
     assert down.returncode == 0, down
