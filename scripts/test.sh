@@ -14,6 +14,9 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/lib.sh"
 ROOT=$(repo_root)
 cd "$ROOT"
+# Every check's output goes through a pipe (see check): tools that cut or wrap lines to a terminal's
+# width (pytest's summary, molecule's boxes) get a wide one, so that a failure's line stays whole.
+export COLUMNS=${COLUMNS:-200}
 
 # Stages in run order. To add one: write stage_<name>() below, add <name> here and a description.
 STAGES=(setup lint units sanity integration conformance kubernetes molecule)
