@@ -205,6 +205,18 @@ def _container_state(pod):
     return (statuses[0].get("state") or {}) if statuses else {}
 
 
+def _sandbox_up(pod, state):
+    """kubelet has made the pod's sandbox: its container started, or waits on a later step (the image, its creation),
+    or the pod's PodReadyToStartContainers condition (PodHasNetwork before Kubernetes 1.29) is True. A sandbox that
+    failed once and came up on kubelet's retry leaves its FailedCreatePodSandBox event behind."""
+    if "running" in state or "terminated" in state:
+        return True
+    if (state.get("waiting") or {}).get("reason") not in (None, "ContainerCreating"):
+        return True
+    return any(c.get("type") in ("PodReadyToStartContainers", "PodHasNetwork") and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
 def _events_of(pod, events):
     name = pod["metadata"]["name"]
     return [e for e in events or [] if (e.get("involvedObject") or {}).get("name") == name]
@@ -252,7 +264,7 @@ def diagnose(pod, events=(), lines=()):
         message = terminated.get("message") or status.get("message") or "exit code %s" % code
         layer, fix = _first_match(START_FAILURES, message)
         return {"done": True, "broken": broken(scope, layer, "the container did not start: %s" % message, fix)}
-    for event in _events_of(pod, events):
+    for event in [] if _sandbox_up(pod, state) else _events_of(pod, events):
         if event.get("reason") == "FailedCreatePodSandBox":
             found = _first_match(SANDBOX_FAILURES, event.get("message"))
             if found:

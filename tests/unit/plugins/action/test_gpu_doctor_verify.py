@@ -101,15 +101,16 @@ def smoke(phase, state):
     return pod
 
 
-def wait_on(answers, timeout=60):
-    """Runs the wait phase against `answers`: one list of pods per poll (the events are empty); returns (result, reads)."""
+def wait_on(answers, timeout=60, events=()):
+    """Runs the wait phase against `answers`: one list of pods per poll, with `events` in every poll; returns (result,
+    reads)."""
     action = make(gpu_verify, {"phase": "wait", "namespace": "k3s-gpu-verify", "expected": 1, "timeout": timeout})
     reads = []
 
     def execute(module_name, module_args, task_vars):
         reads.append((module_name, module_args["kind"], module_args.get("label_selectors")))
         if module_args["kind"] == "Event":
-            return {"resources": []}
+            return {"resources": list(events)}
         return {"resources": answers[min(len([r for r in reads if r[1] == "Pod"]) - 1, len(answers) - 1)]}
 
     action._execute_module = execute
@@ -128,6 +129,32 @@ def test_the_wait_ends_at_its_timeout_with_what_it_saw():
     with mock.patch.object(gpu_verify.time, "monotonic", side_effect=[0, 0, 5, 11, 11]):
         result, _reads = wait_on([[smoke("Pending", {"waiting": {"reason": "ContainerCreating"}})]], timeout=10)
     assert [p["status"]["phase"] for p in result["pods"]] == ["Pending"] and result["waited_seconds"] == 11
+
+
+SANDBOX_FAILED = {"involvedObject": {"kind": "Pod", "name": "gpu-nvidia-gpu1"}, "reason": "FailedCreatePodSandBox",
+                  "message": "failed to create containerd task: ... no such file or directory"}
+
+
+def test_a_pod_whose_sandbox_failed_once_is_polled_until_kubelets_retry_brings_it_up():
+    """kubelet retries a failed sandbox 10 to 15 s later; its FailedCreatePodSandBox event stays behind."""
+    creating = smoke("Pending", {"waiting": {"reason": "ContainerCreating"}})
+    creating["metadata"]["name"] = "gpu-nvidia-gpu1"
+    creating["status"]["conditions"] = [{"type": "PodReadyToStartContainers", "status": "False"}]
+    done = smoke("Succeeded", {"terminated": {"exitCode": 0}})
+    done["metadata"]["name"] = "gpu-nvidia-gpu1"
+    # polls at 0, 7 and 14 s see the failure; the retry at 15 s brings the sandbox up
+    with mock.patch.object(gpu_verify.time, "monotonic", side_effect=[0, 0, 7, 14, 16, 17]):
+        result, _reads = wait_on([[creating]] * 3 + [[smoke("Running", {"running": {}})], [done]], events=[SANDBOX_FAILED])
+    assert [p["status"]["phase"] for p in result["pods"]] == ["Succeeded"] and result["waited_seconds"] == 17
+
+
+def test_a_pod_whose_sandbox_fails_for_stuck_seconds_ends_the_wait_before_its_timeout():
+    creating = smoke("Pending", {"waiting": {"reason": "ContainerCreating"}})
+    creating["metadata"]["name"] = "gpu-nvidia-gpu1"
+    with mock.patch.object(gpu_verify.time, "monotonic", side_effect=[0, 0, 10, gpu_verify.STUCK_SECONDS]):
+        result, _reads = wait_on([[creating]], timeout=300, events=[SANDBOX_FAILED])
+    assert result["waited_seconds"] == gpu_verify.STUCK_SECONDS
+    assert verify.diagnose(result["pods"][0], result["events"])["broken"]["layer"] == "toolkit"
 
 
 def test_a_failed_read_is_the_tasks_failure():

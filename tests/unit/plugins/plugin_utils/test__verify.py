@@ -115,6 +115,15 @@ CDI_MISSING = ("failed to create containerd task: failed to create shim task: OC
                                                    "message": "0/1 nodes are available: 1 node(s) didn't match Pod's node "
                                                               "affinity/selector."}]), [], False, "runtimeclass"),
     (pod("gpu1", "nvidia", "Running", {"running": {}}), [], False, None),
+    # the sandbox failed once and came up on kubelet's retry: its event stays behind
+    (pod("gpu1", "nvidia", "Running", {"running": {}}),
+     [event("gpu-nvidia-gpu1", "FailedCreatePodSandBox", SANDBOX_MISSING)], False, None),
+    (pod("gpu1", "nvidia", "Pending", {"waiting": {"reason": "ContainerCreating"}},
+         conditions=[{"type": "PodReadyToStartContainers", "status": "True"}]),
+     [event("gpu-nvidia-gpu1", "FailedCreatePodSandBox", SANDBOX_MISSING)], False, None),
+    (pod("gpu1", "nvidia", "Pending", {"waiting": {"reason": "ContainerCreating"}},
+         conditions=[{"type": "PodReadyToStartContainers", "status": "False"}]),
+     [event("gpu-nvidia-gpu1", "FailedCreatePodSandBox", SANDBOX_MISSING)], False, "containerd-config"),
 ])
 def test_a_pod_names_the_layer_that_stops_it(made, events, done, layer):
     found = verify.diagnose(made, events)
