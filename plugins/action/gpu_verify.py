@@ -20,8 +20,9 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
 
 POLL_SECONDS = 2
-# a pod stuck in one broken state this long is taken as broken: kubelet retries a failed pod sync after 10 s plus up
-# to 50% jitter (its pod workers' back-off), so a failure that a retry mends clears within it
+# a pod stuck in one broken state this long is taken as broken: kubelet retries a failed pod sync after its pod
+# workers' back-off (10 s, capped at its syncFrequency, 1 min by default) plus up to 50% jitter, so a failure that
+# the retry mends clears within it
 STUCK_SECONDS = 20
 
 

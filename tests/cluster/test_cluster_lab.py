@@ -459,6 +459,39 @@ def test_verify_names_cdi_when_the_spec_is_missing(cluster):
         os.replace(away, spec)
 
 
+def test_a_sandbox_that_kubelets_retry_brings_up_is_not_broken(cluster):
+    """A sandbox that fails once (the handler's binary is away) comes up on kubelet's retry, and its
+    FailedCreatePodSandBox event stays behind: verify's diagnosis goes by the pod, not by that event. kubelet retries
+    after its back-off (10 s, capped at its syncFrequency: the lab's 5 s), plus up to 50% jitter."""
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify  # pylint: disable=import-outside-toplevel
+    binary = os.path.join(clusterlab.LAB_DIR, "node", "usr", "bin", "nvidia-container-runtime")
+    with open(os.path.join(clusterlab.LAB_DIR, "containerd", "config.toml"), encoding="utf-8") as handle:
+        assert 'BinaryName = "%s"' % binary in handle.read()  # the nvidia handler runs this copy, the lab's own
+    name = "sandbox-retry"
+    os.replace(binary, binary + ".away")
+    try:
+        cluster.pod(name, "nvidia", "sleep 60")
+        deadline, failed = time.monotonic() + 60, []
+        while time.monotonic() < deadline and not failed:
+            failed = [e for e in cluster.get("events", "-n", "default", "--field-selector", "involvedObject.name=" + name)["items"]
+                      if e["reason"] == "FailedCreatePodSandBox"]
+            time.sleep(0.2)
+    finally:
+        os.replace(binary + ".away", binary)
+    restored = time.monotonic()
+    try:
+        assert failed and "no such file or directory" in failed[0]["message"], failed
+        pod = cluster.wait_phase(name, ("Running",))
+        retry_seconds = round(time.monotonic() - restored, 1)
+        events = cluster.get("events", "-n", "default")["items"]
+        assert any(e["involvedObject"]["name"] == name and e["reason"] == "FailedCreatePodSandBox" for e in events)
+        assert verify.diagnose(pod, events) == {"done": False, "broken": None}, (pod["status"], failed)
+        cluster.report["sandbox_retry_seconds"] = retry_seconds
+        print("\nsandbox failed once, running %.1f s after the binary came back" % retry_seconds)
+    finally:
+        cluster.kubectl("delete", "pod", name, "-n", "default", "--wait=true", "--timeout=60s")
+
+
 # ------------------------------------------------------------------ k3s_gpu.nvidia.doctor against the lab
 def run_doctor(cluster, case, tmp_path, **extra):
     """The doctor playbook on the lab's inventory (its node tree and kubeconfig); (rc, the node's report)."""
