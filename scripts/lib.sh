@@ -243,12 +243,12 @@ keep_check_tail() {
 # the last failed Ansible task that was not ignored (with the lines molecule wrapped it into, which
 # it indents under its box drawing), else pytest's last FAILED line, else the last error or line.
 check_cause() {
-    awk '{ gsub(/\033\[[0-9;]*m/, ""); sub(/\r$/, "") }
+    awk -v errors="$CHECK_ERROR_PATTERN" '{ gsub(/\033\[[0-9;]*m/, ""); sub(/\r$/, "") }
          in_fatal && /^[ \t]*│   / { sub(/^[ \t]*│[ \t]+/, ""); fatal = fatal " " $0; next }
          in_fatal { in_fatal = 0; if ($0 ~ /^[ \t]*(│[ \t]*)?\.\.\.ignoring/) { fatal = before; next } }
          /fatal: \[/ { before = fatal; fatal = $0; sub(/^[ \t]*(│[ \t]*)?/, "", fatal); in_fatal = 1; next }
          /^FAILED / { pytest = $0 }
-         /ERROR|Error:|Traceback|AssertionError/ { other = $0 }
+         $0 ~ errors { other = $0 }
          NF { last = $0 }
          END { print (fatal != "" ? fatal : pytest != "" ? pytest : other != "" ? other : last) }' "$1"
 }
