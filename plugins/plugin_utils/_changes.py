@@ -500,8 +500,10 @@ def refusal_before_install(facts):
     if not info or info.get("state") != "file" or info.get("content") is None:
         return None
     schema = distro.schema_of_template(info["path"].rsplit("/", 1)[-1])
+    # in a template this module created every NVIDIA table is its own: its next edit takes out those k3s renders
+    ours = [n for n, _b in distro.NVIDIA_RUNTIMES] if info["content"].startswith(toml.MANAGED_HEADER) else ()
     report = template_check.check(info["content"], info["path"], facts, schema,
-                                  default_runtime=facts.default_runtime)
+                                  default_runtime=facts.default_runtime, ours=ours)
     edited = target["mode"] == planner.MODE_TEMPLATE
     blocking = [f for f in report.refusals
                 if f.when == template_check.AFTER_INSTALL or not edited or f.code in _BEFORE_EDIT]

@@ -250,7 +250,7 @@ def plan_host(facts, settings, host):
         return plan_absent(facts, settings, host)
     plan = host_state.Plan.from_dict(gpu_operator.plan_host(facts, settings, host=host))
     plan.result["state"] = "present"
-    if plan.selected and plan.mode.install_toolkit:
+    if plan.selected and plan.mode.install_toolkit and plan.live:  # a sandbox tree gets no package
         # the install makes k3s detect nvidia/nvidia-cdi at its next start: a template that breaks then
         # is refused now, before a package is installed
         refusal = changes_engine.refusal_before_install(facts)

@@ -483,7 +483,8 @@ def edit_target(text, plan, file_path, is_template, profile, created_by_us=None,
         raise K3sGpuError("%s: %s [toml_invalid]" % (file_path, exc), fix="fix that line; nothing was written")
     edit = Edit(lines)
     reserved = set(tuple(t) for t in plan.get("reserved_tables") or [])
-    removed_for_base = _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, file_path, profile)
+    removed_for_base = _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, file_path, profile,
+                                               created_by_us)
     stale = []
     if plan["state"] == "absent":
         _edit_absent(edit, data, tables, plan, schema, file_path)
@@ -506,13 +507,16 @@ def edit_target(text, plan, file_path, is_template, profile, created_by_us=None,
     return Applied(unmask_template(new_masked, originals), removed_for_base, stale)
 
 
-def _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, file_path, profile):
+def _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, file_path, profile, created_by_us=False):
     """Take out our own blocks of runtimes the release now renders; refuse any other table it renders too.
 
     One rule for every runtime the release renders itself (a binary k3s detects): a table of it in the file is
     taken out only when it is exactly what this module writes (its layout, only its keys) and holds nothing that
     differs from the release's own table, so nothing of anyone's is lost; any other table of it is refused
-    [duplicate_table], naming the settings that differ from what the release renders and how to keep them."""
+    [duplicate_table], naming the settings that differ from what the release renders and how to keep them. In a file
+    this module created (created_by_us) every block in its layout is its own, so it goes even where it differs.
+    A table of the base's that holds only a setting this module writes, as it writes it (default_runtime_name after an
+    earlier run, now passed to k3s as default-runtime), is taken out too."""
     renders = plan.get("release_tables") or {}
     removed, refused = [], []
     handled = set()
@@ -520,6 +524,10 @@ def _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, f
         if table.path not in reserved:
             continue
         name = _runtime_name_of(schema, table.path)
+        if name not in renders and _only_our_setting(lines, data, table, plan):
+            _check_no_template_lines(lines, table, file_path)
+            edit.replace(table.start, table.content_end, [])
+            continue
         if name not in renders:
             raise K3sGpuError(
                 "%s: line %d: [%s] is already emitted by the base template of %s %s, so containerd would "
@@ -533,7 +541,7 @@ def _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, f
         path = distro.runtime_table(schema, name)
         ranges = _ranges_of(tables, path)
         differs = _differences(_get(data, path), renders[name])
-        if not differs and _written_by_us(lines, data, ranges):
+        if (created_by_us or not differs) and _written_by_us(lines, data, ranges):
             # a block this module wrote while the release did not detect the runtime: it renders the same now
             for found in ranges:
                 _check_no_template_lines(lines, found, file_path)
@@ -585,6 +593,30 @@ def _differences(user, rendered):
     mine, theirs = _flatten(user if isinstance(user, dict) else {}), _flatten(rendered)
     return ["%s %s \u2192 %s" % (key, _value_text(mine[key]), _value_text(theirs.get(key)))
             for key in sorted(mine) if not _same(mine[key], theirs.get(key))]
+
+
+# the settings outside runtime tables that this module writes (default runtime, CDI)
+_OUR_SETTINGS = {"default_runtime_name", "enable_cdi"}
+
+
+def _only_our_setting(lines, data, table, plan):
+    """Whether a table holds only settings this module writes, in its layout, and a default runtime it manages: what an
+    earlier run left where the base now emits the table (the default runtime moved to k3s's default-runtime)."""
+    values = _get(data, table.path)
+    if table.array or not isinstance(values, dict):
+        return False
+    values = dict((k, v) for k, v in values.items() if not isinstance(v, dict))  # sub-tables have headers of their own
+    if not values or not set(values) <= _OUR_SETTINGS:
+        return False
+    ours = set(name for name, _binary in distro.NVIDIA_RUNTIMES) | set(r["name"] for r in plan.get("write") or [])
+    if "default_runtime_name" in values and values["default_runtime_name"] not in ours:
+        return False
+    wanted = {"default_runtime_name": bool(plan.get("default_runtime") and plan["default_runtime"]["how"] == "toml"),
+              "enable_cdi": plan.get("enable_cdi") is not None}
+    if any(wanted[key] for key in values):
+        return False  # still wanted here: the refusal says where it must go instead
+    body = [line for line in lines[table.start + 1:table.content_end] if line.strip()]
+    return body == render_table(table.path, values)[1:]
 
 
 def _written_by_us(lines, data, ranges):
