@@ -77,9 +77,11 @@ NODE_FILE_SPEC = dict(
     backup_keep=dict(type="int", default=0),
     backup_root=dict(type="path"),
     drop_backups=dict(type="bool", default=False),
+    prune_parents_to=dict(type="path"),
 )
 
-NODE_FILES_SPEC = dict(files=dict(type="list", elements="dict", required=True, options=NODE_FILE_SPEC))
+NODE_FILES_SPEC = dict(files=dict(type="list", elements="dict", required=True, options=NODE_FILE_SPEC),
+                       root=dict(type="path", default="/"))
 
 # The controller's actions (plugins/action): each module file documents the action with this spec, and the action
 # validates its arguments with it, so that a bad value is refused by name before anything runs.

@@ -22,7 +22,15 @@ description:
   - Each write is atomic (a temporary file in the same directory, validated, then renamed over the target) and keeps
     the SELinux context, owner and mode of the file it replaces. A new file gets O(files[].mode) (default V(0600))
     and missing parent directories are created with O(files[].directory_mode).
-  - Files are applied in the order given. A failure stops there; the result lists the files already applied.
+  - Files are applied in the order given, all or nothing - when one cannot be written, the files this execution
+    already changed are put back (text, mode, owner) and the directories it created removed, and the error names the
+    file, the OS error and the fix.
+  - One writer per node - the module holds an exclusive lock on O(root) for its whole execution, so that two runs never
+    both pass the compare and swap on one file. Temporary files a killed run left next to these files
+    (C(.<name>.k3s-gpu-nvidia-tmp.*)) are removed first.
+  - Every path lies under O(root) - its directories are resolved there as M(k3s_gpu.nvidia.runtime_info) reads them (an
+    absolute symlink such as C(/var/lib/rancher -> /data/rancher) in an image tree points into that tree, not into
+    the machine running the module); a path that leaves O(root) is refused.
 author:
   - k3s_gpu.nvidia maintainers (@k3s-gpu)
 extends_documentation_fragment:
@@ -35,6 +43,11 @@ attributes:
   platform:
     platforms: posix
 options:
+  root:
+    description:
+      - The directory that stands for C(/) of the node (an image tree, a sandbox); every path lies under it.
+    type: path
+    default: /
   files:
     description: The files, in the order they are applied.
     type: list
@@ -103,10 +116,16 @@ options:
             directory that holds anything else, a backup included, stays).
         type: bool
         default: false
+      prune_parents_to:
+        description:
+          - With O(files[].remove_empty_parent), also remove the directories above the file's while they are left
+            empty, up to and including this one.
+        type: path
       backup_to:
         description:
           - Where the copies of O(files[].backup) go instead of next to the file - each copy is
-            C(<backup_to>.<pid>.<date>@<time>~), and missing directories are created with mode V(0700). Keep it
+            C(<backup_to>.<pid>.<date>@<time>~), and missing directories are created with mode V(0700) (V(0755) above
+            O(files[].backup_root)). Keep it
             outside every directory a program imports as a whole (such as containerd's C(conf.d)).
         type: path
       backup_keep:
@@ -176,6 +195,7 @@ files:
 """
 
 import errno
+import fcntl
 import hashlib
 import os
 import shlex
@@ -187,14 +207,145 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._detect import NodeFS
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import NODE_FILES_SPEC
 
 _ATTRIBUTE_KEYS = ("mode", "owner", "group", "seuser", "serole", "setype", "selevel", "attributes", "unsafe_writes")
 NEW_FILE_MODE = "0600"
+# the temporary file of a write: `.<name>` + this + a random part; what a killed run left is removed by the next one
+TEMP_MARK = ".k3s-gpu-nvidia-tmp."
+# what to do about an OS error, by errno (the file is named in the message)
+_OS_FIXES = {
+    errno.EPERM: "the file or its directory is immutable or append-only (lsattr shows i or a: chattr -i it) or a "
+                 "security module refuses the write; fix that, then run again",
+    errno.EACCES: "the module's user may not write there: run the task with become, or fix the permissions",
+    errno.EROFS: "the file system is mounted read-only: remount it read-write (or write the image that holds it)",
+    errno.ENOSPC: "the file system is full: free some space, then run again",
+    errno.EDQUOT: "the disk quota is used up: free some space, then run again",
+    errno.EEXIST: "something that is not a directory stands where a directory is needed: move it away",
+    errno.ENOTDIR: "something that is not a directory stands where a directory is needed: move it away",
+    errno.EISDIR: "a directory stands where the file goes: move it away",
+}
 
 
 class NodeFileError(Exception):
     pass
+
+
+class Undo:
+    """What this execution changed, to put back when a later file fails: the node ends as it was (all or nothing)."""
+
+    def __init__(self):
+        self.files = []  # (host path, bytes or None, stat or None), in the order they were changed
+        self.created = []  # files and directories this execution created that were not there
+
+    def keep(self, path):
+        try:
+            info = os.lstat(path)
+        except OSError:
+            self.files.append((path, None, None))
+            return
+        with open(path, "rb") as handle:
+            self.files.append((path, handle.read(), info))
+
+    def put_back(self):
+        for path, data, info in reversed(self.files):
+            try:
+                if data is None:
+                    if os.path.lexists(path):
+                        os.unlink(path)
+                    continue
+                _write_back(path, data, info)
+            except OSError:
+                continue  # the first error is what the user reads; the rest stays as the failure left it
+        for path in reversed(self.created):
+            try:
+                os.rmdir(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+            except OSError:
+                continue
+
+
+def _write_back(path, data, info):
+    descriptor, scratch = tempfile.mkstemp(prefix=".%s%s" % (os.path.basename(path), TEMP_MARK), dir=os.path.dirname(path))
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+        os.chmod(scratch, stat.S_IMODE(info.st_mode))
+        if hasattr(os, "chown"):
+            os.chown(scratch, info.st_uid, info.st_gid)
+        os.rename(scratch, path)
+    finally:
+        if os.path.lexists(scratch):
+            os.unlink(scratch)
+
+
+def _os_error(exc, what):
+    """One line for an OS error: the file, the error and the fix."""
+    where = exc.filename or what
+    reason = exc.strerror or to_native(exc)
+    fix = _OS_FIXES.get(exc.errno, "fix that, then run again")
+    return "%s: %s (errno %s: %s); %s" % (where, what if where != what else "cannot be written", exc.errno,
+                                         reason, fix)
+
+
+# --- where a path lies: inside the node's root, as the reading resolves it -----------------------------------
+
+def _inside(root, path):
+    return root == "/" or path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def confine(root, path, what):
+    """The host path of path (a path under root), its directories' symlinks resolved inside root as runtime_info
+    reads them (an absolute link target is a path of the node, not of the machine running this): a write never
+    leaves the root. Its last part is not followed (a symlink there is refused by _read)."""
+    root = os.path.abspath(root or "/")
+    if not os.path.isabs(path):
+        raise NodeFileError("%s must be absolute, got %r; nothing was written" % (what, path))
+    if not _inside(root, os.path.normpath(path)) and not _inside(root, path):
+        raise NodeFileError("%s %s is not under root %s; nothing was written. Give a path under root" % (what, path, root))
+    node_path = "/" + path[len(root.rstrip("/")):].lstrip("/") if root != "/" else path
+    directory = NodeFS(root).host_path(os.path.dirname(node_path) or "/")
+    if directory is None:
+        raise NodeFileError("%s %s: its directories hold a symlink loop; nothing was written. Replace the links" % (what, path))
+    name = os.path.basename(node_path)
+    if name in ("", ".", ".."):
+        raise NodeFileError("%s %s does not name a file; nothing was written" % (what, path))
+    return os.path.join(directory, name)
+
+
+def confined_entries(root, entries):
+    """The entries with every path resolved inside root (given: the path as the caller wrote it, for the result)."""
+    out = []
+    for index, entry in enumerate(entries):
+        entry = dict(entry, given=entry["path"])
+        entry["path"] = confine(root, entry["path"], "files[%d].path" % index)
+        for key in ("backup_to", "backup_root", "prune_parents_to"):
+            if entry.get(key):
+                entry[key] = confine(root, entry[key], "files[%d].%s" % (index, key))
+        out.append(entry)
+    return out
+
+
+class NodeLock:
+    """One writer per node: an exclusive lock on the root directory for the whole execution, so that two runs never
+    both pass the compare and swap on one file (the kernel drops it when the process ends, even when it is killed)."""
+
+    def __init__(self, root):
+        self.root = root
+        self.descriptor = None
+
+    def __enter__(self):
+        try:
+            self.descriptor = os.open(self.root, os.O_RDONLY)
+        except OSError as exc:
+            raise NodeFileError("root %s cannot be opened: %s; nothing was written. Give an existing directory"
+                                % (self.root, exc.strerror or to_native(exc)))
+        fcntl.flock(self.descriptor, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc_info):
+        os.close(self.descriptor)  # closing the descriptor releases the lock
+        return False
 
 
 def _read(path):
@@ -221,8 +372,6 @@ def _check_expectations(entries):
     current = []
     for index, entry in enumerate(entries):
         path = entry["path"]
-        if not os.path.isabs(path):
-            raise NodeFileError("files[%d].path must be absolute, got %r" % (index, path))
         if entry["state"] == "file" and entry["content"] is None and entry["expected_state"] == "absent":
             raise NodeFileError("files[%d] (%s): expected_state=absent needs content to create the file" % (index, path))
         state, data = _read(path)
@@ -245,6 +394,23 @@ def _check_expectations(entries):
     return current
 
 
+def remove_stale_temporaries(module, entries):
+    """The temporary files a killed run left next to these files (`.<name>.k3s-gpu-nvidia-tmp.*`; no program reads
+    them, and under the node lock no other run is writing one). Returns their paths."""
+    stale = []
+    for entry in entries:
+        directory, prefix = os.path.dirname(entry["path"]), ".%s%s" % (os.path.basename(entry["path"]), TEMP_MARK)
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        stale.extend(os.path.join(directory, n) for n in sorted(names) if n.startswith(prefix))
+    if not module.check_mode:
+        for path in stale:
+            os.unlink(path)
+    return stale
+
+
 def _file_args(module, entry, creating):
     params = dict((key, entry[key]) for key in _ATTRIBUTE_KEYS)
     if creating and params["mode"] is None:
@@ -252,7 +418,7 @@ def _file_args(module, entry, creating):
     return module.load_file_common_arguments(params, path=entry["path"])
 
 
-def _make_parents(module, entry):
+def _make_parents(module, entry, undo):
     parent = os.path.dirname(entry["path"])
     missing = []
     while parent and not os.path.isdir(parent):
@@ -260,6 +426,7 @@ def _make_parents(module, entry):
         parent = os.path.dirname(parent)
     for directory in reversed(missing):
         os.mkdir(directory)
+        undo.created.append(directory)
         module.set_mode_if_different(directory, entry["directory_mode"], False)
 
 
@@ -273,29 +440,41 @@ def _validate(module, entry, scratch):
         raise NodeFileError("%s was not written: %r failed (rc %d): %s" % (entry["path"], command, rc, (err or out).strip()))
 
 
-def _backup(module, entry):
+def _backup(module, entry, undo):
     """Copy the file before it is replaced or removed: next to it, or under backup_to (then prune to backup_keep)."""
     if not entry["backup_to"]:
-        return module.backup_local(entry["path"])
+        copy = module.backup_local(entry["path"])
+        undo.created.append(copy)
+        return copy
     target = entry["backup_to"]
     parent = os.path.dirname(target)
     missing = []
     while parent and not os.path.isdir(parent):
         missing.append(parent)
         parent = os.path.dirname(parent)
+    top = entry["backup_root"] or os.path.dirname(target)
     for directory in reversed(missing):
-        os.mkdir(directory, 0o700)
+        # the tree of copies is private (they are copies of 0600 files); what holds it is as the OS makes it
+        private = directory.startswith(top.rstrip("/") + "/")
+        os.mkdir(directory)
+        os.chmod(directory, 0o700 if private else 0o755)
+        undo.created.append(directory)
     stamp = "%s.%s.%s" % (target, os.getpid(), time.strftime("%Y-%m-%d@%H:%M:%S", time.localtime(time.time())))
     copy, number = stamp + "~", 0
     while os.path.lexists(copy):  # two copies within a second: the older one stays
         number += 1
         copy = "%s.%d~" % (stamp, number)
     shutil.copy2(entry["path"], copy)
-    keep = entry["backup_keep"] or 0
-    if keep > 0:
-        for old in _copies(target)[:-keep]:
-            os.unlink(old)
+    undo.created.append(copy)
     return copy
+
+
+def _prune_copies(entry):
+    """Keep only the newest backup_keep copies of the file (after every file is applied: pruning cannot be undone)."""
+    keep = entry["backup_keep"] or 0
+    if entry["backup_to"] and keep > 0:
+        for old in _copies(entry["backup_to"])[:-keep]:
+            os.unlink(old)
 
 
 def _copies(target):
@@ -309,6 +488,20 @@ def _copies(target):
     return sorted(paths, key=lambda p: (os.path.getmtime(p), p))
 
 
+def _remove_empty_directories(directory, top):
+    """Remove directory and its parents while they are empty, up to and including top. Returns those removed."""
+    top = os.path.normpath(top)
+    removed = []
+    while directory == top or directory.startswith(top.rstrip("/") + os.sep):
+        try:
+            os.rmdir(directory)
+        except OSError:
+            break  # not empty (or gone): what is above it stays too
+        removed.append(directory)
+        directory = os.path.dirname(directory)
+    return removed
+
+
 def _drop_backups(module, entry):
     """Remove every copy of the file under backup_to and the directories that leaves empty, up to backup_root.
     Returns the paths removed (in check mode: that would be)."""
@@ -319,23 +512,30 @@ def _drop_backups(module, entry):
         return removed
     for path in removed:
         os.unlink(path)
-    top = os.path.normpath(entry["backup_root"] or os.path.dirname(entry["backup_to"]))
-    directory = os.path.dirname(entry["backup_to"])
-    while directory == top or directory.startswith(top + os.sep):
-        try:
-            os.rmdir(directory)
-        except OSError:
-            break  # not empty (or gone): what is above it stays too
-        directory = os.path.dirname(directory)
+    _remove_empty_directories(os.path.dirname(entry["backup_to"]),
+                              entry["backup_root"] or os.path.dirname(entry["backup_to"]))
     return removed
 
 
-def _write(module, entry, state):
+def _atomic_move(module, scratch, path, unsafe_writes):
+    """AnsibleModule.atomic_move (it keeps the replaced file's owner, mode and SELinux context), its failure raised
+    instead of ending the module, so that what this execution already changed is put back first."""
+    def refuse(msg="", **_kwargs):
+        raise NodeFileError("%s was not written: %s" % (path, msg))
+    fail_json = module.fail_json
+    module.fail_json = refuse
+    try:
+        module.atomic_move(scratch, path, unsafe_writes=unsafe_writes)
+    finally:
+        module.fail_json = fail_json
+
+
+def _write(module, entry, state, undo):
     path = entry["path"]
     creating = state == "absent"
     if creating:
-        _make_parents(module, entry)
-    descriptor, scratch = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=os.path.dirname(path))
+        _make_parents(module, entry, undo)
+    descriptor, scratch = tempfile.mkstemp(prefix=".%s%s" % (os.path.basename(path), TEMP_MARK), dir=os.path.dirname(path))
     try:
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(to_bytes(entry["content"], errors="surrogate_or_strict"))
@@ -343,8 +543,9 @@ def _write(module, entry, state):
             os.fsync(handle.fileno())
         if entry["validate"]:
             _validate(module, entry, scratch)
-        backup = _backup(module, entry) if entry["backup"] and not creating else None
-        module.atomic_move(scratch, path, unsafe_writes=entry["unsafe_writes"])
+        backup = _backup(module, entry, undo) if entry["backup"] and not creating else None
+        undo.keep(path)
+        _atomic_move(module, scratch, path, entry["unsafe_writes"])
     finally:
         if os.path.exists(scratch):
             os.unlink(scratch)
@@ -353,55 +554,86 @@ def _write(module, entry, state):
 
 
 def _remove_empty_parent(module, entry):
-    """The file's directory, removed when nothing else is in it (check mode: when only the file is); else None."""
+    """The file's directory, removed when nothing else is in it (check mode: when only the file is); else None.
+    With prune_parents_to, the directories above it go too while they are empty, up to and including that one."""
     if entry["backup"] and not entry["backup_to"]:
         return None  # the backup sits next to the removed file
     parent = os.path.dirname(entry["path"])
     if [name for name in os.listdir(parent) if name != os.path.basename(entry["path"])]:
         return None
-    if not module.check_mode:
-        try:
-            os.rmdir(parent)
-        except OSError:
-            return None  # something appeared in it meanwhile: it stays
-    return parent
+    if module.check_mode:
+        return parent
+    removed = _remove_empty_directories(parent, entry["prune_parents_to"] or parent)
+    return removed[0] if removed else None
+
+
+def _apply_one(module, entry, state, data, undo):
+    """Write or remove one file (not in check mode); returns its outcome."""
+    outcome = {"path": entry["given"], "action": "unchanged", "backup_file": None, "parent_removed": None}
+    new = None if entry["state"] == "absent" else (
+        data if entry["content"] is None else to_bytes(entry["content"], errors="surrogate_or_strict"))
+    if entry["state"] == "absent":
+        if state == "file":
+            outcome["action"] = "removed"
+            if not module.check_mode:
+                if entry["backup"]:
+                    outcome["backup_file"] = _backup(module, entry, undo)
+                undo.keep(entry["path"])
+                os.unlink(entry["path"])
+    elif new != data:
+        outcome["action"] = "created" if state == "absent" else "updated"
+        if not module.check_mode:
+            outcome["backup_file"] = _write(module, entry, state, undo)
+    else:
+        if not module.check_mode:
+            undo.keep(entry["path"])  # its attributes may change
+        if module.set_fs_attributes_if_different(_file_args(module, entry, False), False):
+            # in check mode AnsibleModule only reports what it would change
+            outcome["action"] = "attributes"
+    return outcome, new
+
+
+def _tidy(module, entry, outcome, result):
+    """What cannot be undone, done once every file is applied: old copies pruned or dropped, emptied directories."""
+    if not module.check_mode and outcome["backup_file"]:
+        _prune_copies(entry)
+    if entry["state"] == "absent" and entry["remove_empty_parent"] and outcome["action"] == "removed":
+        outcome["parent_removed"] = _remove_empty_parent(module, entry)
+    if entry["drop_backups"]:
+        outcome["backups_removed"] = _drop_backups(module, entry)
+        if outcome["backups_removed"]:
+            result["changed"] = True
 
 
 def apply(module, entries, result):
-    """Apply every entry in order; result["files"] grows as files are applied (a failure leaves it exact)."""
+    """Apply every entry in order, all or nothing: when one fails, what the others changed is put back and the error
+    says so. Then the tidying that cannot be undone (old copies, emptied directories). result["files"] is filled only
+    once every file is applied."""
     diffs = []
+    removed = remove_stale_temporaries(module, entries)
+    if removed:
+        result["temporaries_removed"] = removed
+        result["changed"] = True
     current = _check_expectations(entries)
-    for entry, (state, data) in zip(entries, current):
-        outcome = {"path": entry["path"], "action": "unchanged", "backup_file": None, "parent_removed": None}
-        if entry["drop_backups"]:
-            outcome["backups_removed"] = []
-        new = None if entry["state"] == "absent" else (
-            data if entry["content"] is None else to_bytes(entry["content"], errors="surrogate_or_strict"))
-        if entry["state"] == "absent":
-            if state == "file":
-                outcome["action"] = "removed"
-                if not module.check_mode:
-                    if entry["backup"]:
-                        outcome["backup_file"] = _backup(module, entry)
-                    os.unlink(entry["path"])
-                if entry["remove_empty_parent"]:
-                    outcome["parent_removed"] = _remove_empty_parent(module, entry)
-        elif new != data:
-            outcome["action"] = "created" if state == "absent" else "updated"
-            if not module.check_mode:
-                outcome["backup_file"] = _write(module, entry, state)
-        elif module.set_fs_attributes_if_different(_file_args(module, entry, False), False):
-            # in check mode AnsibleModule only reports what it would change
-            outcome["action"] = "attributes"
-        if entry["drop_backups"]:
-            outcome["backups_removed"] = _drop_backups(module, entry)
-            if outcome["backups_removed"]:
-                result["changed"] = True
+    undo = Undo()
+    outcomes = []
+    try:
+        for entry, (state, data) in zip(entries, current):
+            outcomes.append(_apply_one(module, entry, state, data, undo) + (data,))
+    except (NodeFileError, IOError, OSError) as exc:
+        undo.put_back()
+        what = "%s was not written" % entry["path"]
+        text = _os_error(exc, what) if isinstance(exc, (IOError, OSError)) else str(exc)
+        others = len(outcomes)
+        raise NodeFileError("%s; %s" % (text, "nothing was changed: the %d file(s) before it were put back" % others
+                                          if others else "nothing was changed"))
+    for entry, (outcome, new, data) in zip(entries, outcomes):
+        _tidy(module, entry, outcome, result)
         result["files"].append(outcome)
         if outcome["action"] != "unchanged":
             result["changed"] = True
         if module._diff and outcome["action"] in ("created", "updated", "removed"):
-            diffs.append(dict(before_header=entry["path"], after_header=entry["path"],
+            diffs.append(dict(before_header=entry["given"], after_header=entry["given"],
                               before=to_native(data or b"", errors="surrogate_or_replace"),
                               after=to_native(new or b"", errors="surrogate_or_replace")))
     if diffs:
@@ -412,13 +644,16 @@ def apply(module, entries, result):
 def main():
     module = AnsibleModule(argument_spec=NODE_FILES_SPEC, supports_check_mode=True)
     result = {"changed": False, "files": []}
+    root = os.path.abspath(module.params["root"] or "/")
     try:
-        apply(module, module.params["files"], result)
+        entries = confined_entries(root, module.params["files"])
+        with NodeLock(root):
+            apply(module, entries, result)
     except NodeFileError as exc:
         module.fail_json(msg=str(exc), **result)
     except (IOError, OSError) as exc:
-        # the files before this one stay applied; result says exactly which
-        module.fail_json(msg="writing failed: %s" % to_native(exc), **result)
+        # only the tidying after every file was applied can get here: the files stay applied
+        module.fail_json(msg=_os_error(exc, "tidying after the write"), **result)
     module.exit_json(**result)
 
 

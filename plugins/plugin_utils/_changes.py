@@ -88,6 +88,7 @@ def compute(facts, params):
     plan["base_included"] = target["mode"] == planner.MODE_TEMPLATE and planner.template_includes_base(facts.reading, target)
     if target["mode"] == planner.MODE_DROPIN:
         plan["inherited"] = _layered_default_runtime(facts, plan, target, base)
+    plan["settings_added"] = _settings_added(facts, target)
     if reader is not None and reader.normalized is not None and target["mode"] == planner.MODE_TEMPLATE:
         current = reader.normalized  # opted in: the edit starts from the clean text (BOM and CR removed)
     # a template is checked whole right after (_check_rendered), composed with the base it really gets
@@ -117,6 +118,15 @@ def compute(facts, params):
     if params.get("_own_files"):
         changes = own_files(facts, plan, changes, bool(params.get("backup")))
     return plan, changes
+
+
+def _settings_added(facts, target):
+    """Whether the default runtime in the user's template is the collection's: the text kept from before its first edit
+    (<template>.k3s-gpu-nvidia.orig) sets none."""
+    original = (facts.files.get(target["key"] + "_orig") or {}).get("content")
+    if target["mode"] != planner.MODE_TEMPLATE or original is None:
+        return False
+    return "default_runtime_name" not in original
 
 
 def _earlier_file_changes(facts, plan, target, profile):
@@ -180,15 +190,27 @@ def _sha256(text):
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def record_text(node_path, text):
-    """The record of what the collection left in node_path: one sha256sum line (`sha256sum -c` checks it)."""
-    return "%s  %s\n" % (_sha256(text), node_path.rsplit("/", 1)[-1])
+def record_text(node_path, text, previous=None):
+    """The record of what the collection leaves in node_path, in sha256sum's format: the text it writes, then the text
+    it replaces (previous, when that was the collection's too). The record is written before the edit, so a run killed
+    between the two leaves a file whose text the record still names: either text is the collection's."""
+    name = node_path.rsplit("/", 1)[-1]
+    lines = ["%s  %s\n" % (_sha256(text), name)]
+    if previous is not None and previous != text:
+        lines.append("%s  %s\n" % (_sha256(previous), name))
+    return "".join(lines)
 
 
-def recorded_sha256(record):
-    """The SHA-256 a record holds (None: no record, or not one)."""
-    fields = (record or "").split()
-    return fields[0].lower() if fields and len(fields[0]) == 64 else None
+def recorded_sums(record):
+    """The SHA-256 sums a record holds (empty: no record, or not one)."""
+    sums = set()
+    for line in (record or "").splitlines():
+        fields = line.split()
+        if fields and len(fields[0]) == 64:
+            sums.add(fields[0].lower())
+    return sums
+
+
 
 
 def _text_of(facts, key):
@@ -248,9 +270,11 @@ def own_files(facts, plan, changes, backup=False):
                                              change["node_path"], ", ".join(sorted(ours & set(found or ())))))
                     continue
                 first.append(_bookkeeping(facts, key, "orig", before))
-                extra.append(_bookkeeping(facts, key, "record", record_text(change["node_path"], change["after"])))
-            elif record is not None and recorded_sha256(record) == _sha256(before):
-                extra.append(_bookkeeping(facts, key, "record", record_text(change["node_path"], change["after"])))
+                first.append(_bookkeeping(facts, key, "record", record_text(change["node_path"], change["after"], before)))
+            elif _sha256(before) in recorded_sums(record) or (record is None and before == _text_of(facts, key + "_orig")):
+                # still the collection's text (or the original, a run killed before its first record): the record names
+                # the new text before the edit is made
+                first.append(_bookkeeping(facts, key, "record", record_text(change["node_path"], change["after"], before)))
             else:
                 # edited by someone else since the collection last wrote it: the chain back to the original is broken,
                 # and absent takes out only our tables
@@ -288,7 +312,7 @@ def _take_back(facts, plan, key, original, backup):
     if current is None:
         plan["notes"].append("%s is gone (removed since the collection edited it); it is not brought back" % node_path)
         return None
-    if current == original or recorded_sha256(_text_of(facts, key + "_record")) == _sha256(current):
+    if current == original or _sha256(current) in recorded_sums(_text_of(facts, key + "_record")):
         plan.setdefault("restored", []).append(node_path)
         change = _change(facts, key, node_path, original, "original")
         return change if change["before"] != change["after"] else None

@@ -22,7 +22,12 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as tom
 # owner/group/mode/SELinux options of the task, passed on to every file it writes
 _NOT_FILE_ARGS = ("src", "follow", "force", "content", "backup", "remote_src", "regexp", "delimiter", "directory_mode")
 FILE_ARGS = tuple(k for k in FILE_COMMON_ARGUMENTS if k not in _NOT_FILE_ARGS)
-NEW_DIR_MODE = "0700"
+# k3s creates its configuration directories 0755: a 0700 /etc/rancher made before k3s is installed would keep a
+# kubeconfig written with write-kubeconfig-mode 644 from the users it is meant for (the backups stay 0700)
+NEW_DIR_MODE = "0755"
+# directories of the OS that a take-back never removes, even empty; below them, an emptied directory on the way to
+# one of the collection's files goes with it
+SYSTEM_DIRECTORIES = ("/", "/etc", "/var", "/var/lib", "/opt", "/usr", "/usr/local", "/run", "/srv", "/home")
 
 
 def write(result, facts, plan, changes, params, execute_module, own_files, write_now=True):
@@ -36,7 +41,7 @@ def write(result, facts, plan, changes, params, execute_module, own_files, write
         return result
     if not entries:
         return result
-    written = execute_module("k3s_gpu.nvidia.node_files", dict(files=entries))
+    written = execute_module("k3s_gpu.nvidia.node_files", dict(files=entries, root=facts.root or "/"))
     outcomes = written.get("files") or []
     for entry, outcome, change in zip(result["files"], outcomes, changes):
         entry["backup_file"] = outcome.get("backup_file")
@@ -83,13 +88,28 @@ def only_ours(change):
             or before.startswith((toml.MANAGED_HEADER, toml.MANAGED_YAML_HEADER)))
 
 
+def prune_top(node_path):
+    """The highest directory above node_path that a take-back may remove once it is empty (one below the OS's own:
+    /etc/rancher for /etc/rancher/k3s/config.yaml.d/x, /var/backups for the copies)."""
+    top = node_path.rsplit("/", 1)[0] or "/"
+    while top not in SYSTEM_DIRECTORIES and top.rsplit("/", 1)[0] not in SYSTEM_DIRECTORIES + ("",):
+        top = top.rsplit("/", 1)[0]
+    return top
+
+
+def _host_of(change, node_path):
+    """node_path on the host of change (the same root prefix)."""
+    return change["path"][:len(change["path"]) - len(change["node_path"])] + node_path
+
+
 def backup_fields(change, params):
     """node_files' backup options for one change: the copy goes under BACKUP_DIR (never into a directory k3s, rke2 or
     containerd import), the newest BACKUP_KEEP per file are kept; a file only the collection wrote is not copied when
     it is removed; the role's take-back (state absent) keeps no copy at all and drops the earlier ones of each file it
     puts back or removes, so the node ends as it was before the first converge."""
     root = change["path"][:len(change["path"]) - len(change["node_path"])]
-    fields = {"backup_to": root + release_rules.backup_prefix(change["node_path"]), "backup_root": root + release_rules.BACKUP_DIR,
+    fields = {"backup_to": root + release_rules.backup_prefix(change["node_path"]),
+              "backup_root": root + prune_top(release_rules.BACKUP_DIR + "/x"),
               "backup_keep": release_rules.BACKUP_KEEP}
     if change.get("keep_copy"):
         fields["backup"] = True
@@ -112,6 +132,9 @@ def write_entry(change, params):
         entry["state"] = "absent"
         if change.get("remove_empty_parent"):
             entry["remove_empty_parent"] = True
+            top = prune_top(change["node_path"])
+            if top not in SYSTEM_DIRECTORIES:
+                entry["prune_parents_to"] = _host_of(change, top)
         return entry
     entry.update(state="file", content=change["after"])
     if change.get("mode"):

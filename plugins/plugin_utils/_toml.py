@@ -524,7 +524,7 @@ def _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, f
         if table.path not in reserved:
             continue
         name = _runtime_name_of(schema, table.path)
-        if name not in renders and _only_our_setting(lines, data, table, plan):
+        if name not in renders and _only_our_setting(lines, data, table, plan, created_by_us):
             _check_no_template_lines(lines, table, file_path)
             edit.replace(table.start, table.content_end, [])
             continue
@@ -599,9 +599,11 @@ def _differences(user, rendered):
 _OUR_SETTINGS = {"default_runtime_name", "enable_cdi"}
 
 
-def _only_our_setting(lines, data, table, plan):
+def _only_our_setting(lines, data, table, plan, created_by_us):
     """Whether a table holds only settings this module writes, in its layout, and a default runtime it manages: what an
-    earlier run left where the base now emits the table (the default runtime moved to k3s's default-runtime)."""
+    earlier run left where the base now emits the table (the default runtime moved to k3s's default-runtime). Only in a
+    file this module created, or in a user's file whose text before the collection's first edit lacks those settings
+    (plan["settings_added"]), or where the setting moves to config.yaml unchanged: a user's own default stays refused."""
     values = _get(data, table.path)
     if table.array or not isinstance(values, dict):
         return False
@@ -616,7 +618,11 @@ def _only_our_setting(lines, data, table, plan):
     if any(wanted[key] for key in values):
         return False  # still wanted here: the refusal says where it must go instead
     body = [line for line in lines[table.start + 1:table.content_end] if line.strip()]
-    return body == render_table(table.path, values)[1:]
+    if body != render_table(table.path, values)[1:]:
+        return False
+    moved = (plan.get("default_runtime") or {}).get("how") == "config_yaml" and set(values) == {"default_runtime_name"} \
+        and values["default_runtime_name"] == plan["default_runtime"]["name"]
+    return created_by_us or bool(plan.get("settings_added")) or moved
 
 
 def _written_by_us(lines, data, ranges):

@@ -96,3 +96,17 @@ def test_after_the_install_our_own_blocks_give_way_to_the_releases(sandbox):
     template = sandbox.read(TEMPLATE).decode()
     assert "runtimes.nvidia]" not in template and "runtimes.nvidia-cdi]" not in template
     assert '"/usr/bin/nvidia-container-runtime.legacy"' in template
+
+
+def test_a_users_template_switches_its_default_runtime_and_is_given_back(sandbox):
+    # the collection added the default runtime to the user's template (its text before the first edit is kept): the
+    # switch to a runtime k3s detects takes that table out again, and absent gives the user's bytes back
+    sandbox.k3s("k3s", "package")
+    mine = '# the site template\n{{ template "base" . }}\n\n[%s.runtimes.runsc]\n  runtime_type = "io.containerd.runsc.v1"\n' % V3
+    sandbox.write(TEMPLATE, mine, 0o640)
+    converge(sandbox, gpu_node_default_runtime="nvidia-legacy")
+    assert 'default_runtime_name = "nvidia-legacy"' in sandbox.read(TEMPLATE).decode()
+    converge(sandbox, gpu_node_default_runtime="nvidia-cdi")
+    assert "default_runtime_name" not in sandbox.read(TEMPLATE).decode()
+    converge(sandbox, gpu_node_state="absent")
+    assert sandbox.read(TEMPLATE).decode() == mine

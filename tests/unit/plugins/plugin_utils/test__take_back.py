@@ -68,8 +68,10 @@ USER_FILES = [
 ]
 
 
-def record(node_path, text):
-    return "%s  %s\n" % (hashlib.sha256(text.encode()).hexdigest(), node_path.rsplit("/", 1)[-1])
+def record(node_path, text, previous=None):
+    """sha256sum lines: the text the collection leaves, then the one of its own (or the original) it replaces."""
+    texts = [text] + ([previous] if previous is not None else [])
+    return "".join("%s  %s\n" % (hashlib.sha256(t.encode()).hexdigest(), node_path.rsplit("/", 1)[-1]) for t in texts)
 
 
 @pytest.mark.parametrize("distribution, release, path, text", USER_FILES)
@@ -82,9 +84,11 @@ def test_the_first_edit_keeps_the_original_and_records_what_it_left(sandbox, dis
     assert "nvidia-legacy" in edited
     kept = found[path + distro.ORIGINAL_SUFFIX]
     assert (kept["before"], kept["after"], kept["mode"], kept["exists"]) == (None, text, "0600", False)
-    assert found[path + distro.RECORD_SUFFIX]["after"] == record(path, edited)
-    order = [c["node_path"] for c in file_changes]  # node_files applies in order: the original is kept first
-    assert order.index(path + distro.ORIGINAL_SUFFIX) < order.index(path) < order.index(path + distro.RECORD_SUFFIX)
+    assert found[path + distro.RECORD_SUFFIX]["after"] == record(path, edited, text)
+    # node_files applies in order: the original is kept first, then the record names the new text, then the edit (a
+    # run killed between any two leaves a file whose text the record or the original names)
+    order = [c["node_path"] for c in file_changes]
+    assert order.index(path + distro.ORIGINAL_SUFFIX) < order.index(path + distro.RECORD_SUFFIX) < order.index(path)
     entry = node_write.write_entry(kept, {"backup": False, "validate": "containerd --config %s config dump", "mode": "0644"})
     assert entry["expected_state"] == "absent" and entry["mode"] == "0600" and "validate" not in entry
 
@@ -124,7 +128,7 @@ def test_later_edits_keep_the_original_and_follow_the_record(sandbox, edited_by_
     assert TEMPLATE + distro.ORIGINAL_SUFFIX not in found  # never overwritten
     assert sandbox.read(TEMPLATE + distro.ORIGINAL_SUFFIX) == original
     assert found[TEMPLATE + distro.RECORD_SUFFIX]["after"] == (
-        record(TEMPLATE, found[TEMPLATE]["after"]) if record_follows else None)
+        record(TEMPLATE, found[TEMPLATE]["after"], found[TEMPLATE]["before"]) if record_follows else None)
 
 
 @pytest.mark.parametrize("distribution, release, path, text", USER_FILES)
