@@ -304,6 +304,7 @@ def confine(root, path, what):
     if not _inside(root, os.path.normpath(path)) and not _inside(root, path):
         raise NodeFileError("%s %s is not under root %s; nothing was written. Give a path under root" % (what, path, root))
     node_path = "/" + path[len(root.rstrip("/")):].lstrip("/") if root != "/" else path
+    node_path = os.path.normpath(node_path).replace("//", "/")  # `..` above the node's / stays at it, as on the node
     directory = NodeFS(root).host_path(os.path.dirname(node_path) or "/")
     if directory is None:
         raise NodeFileError("%s %s: its directories hold a symlink loop; nothing was written. Replace the links" % (what, path))
@@ -526,6 +527,13 @@ def _atomic_move(module, scratch, path, unsafe_writes):
     module.fail_json = refuse
     try:
         module.atomic_move(scratch, path, unsafe_writes=unsafe_writes)
+    except (NodeFileError, OSError):
+        raise
+    except Exception as exc:  # pylint: disable=broad-except
+        # ansible-core 2.19 raises a bare Exception from a failed final rename, its OS error as the cause
+        if isinstance(exc.__cause__, OSError):
+            raise exc.__cause__
+        raise NodeFileError("%s was not written: %s" % (path, to_native(exc)))
     finally:
         module.fail_json = fail_json
 
