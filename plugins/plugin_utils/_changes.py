@@ -77,6 +77,7 @@ def compute(facts, params):
     profile = facts.profile
     info = facts.files.get(target["key"]) or {}
     current = info.get("content") if info.get("state") == "file" else None
+    _keep_users_runtimes(facts, plan, target, current)
     default_flag = _flag_default_runtime(facts, plan)  # what k3s passes to its base after the next start
     # the base k3s renders for this node after the next start, worked out once: the template check, the release's own
     # runtime tables and the layers under a drop-in all read it
@@ -114,10 +115,67 @@ def compute(facts, params):
     changes.extend(_earlier_file_changes(facts, plan, target, profile))
     if profile["distribution"] != distro.CONTAINERD:
         changes.extend(_default_runtime_file_changes(facts, plan, params))
-    changes = [c for c in changes if c is not None and c["before"] != c["after"]]
+    changes = _not_taking_over(plan, [c for c in changes if c is not None and c["before"] != c["after"]])
     if params.get("_own_files"):
         changes = own_files(facts, plan, changes, bool(params.get("backup")))
     return plan, changes
+
+
+def _keep_users_runtimes(facts, plan, target, current):
+    """A runtime the user configured with a binary of their own is the user's: in the template or config this task
+    edits in place, or in another drop-in of the directory (containerd reads ours later, so ours would win). It is kept
+    as it is and skipped here, with the way to hand it over."""
+    if plan["state"] != "present" or not plan["write"]:
+        return
+    names = [r["name"] for r in plan["write"]]
+    sources = []
+    if target["mode"] == planner.MODE_DROPIN:
+        directory = target["path"].rsplit("/", 1)[0] + "/"
+        sources = [(d["path"], d.get("content"), False) for d in facts.other_dropins
+                   if d.get("path", "").startswith(directory) and d.get("content")]
+    elif current is not None and not current.startswith(toml.MANAGED_HEADER):
+        sources = [(target["path"], current, target["mode"] == planner.MODE_TEMPLATE)]
+    kept = {}
+    for path, text, is_template in sources:
+        for name, binary in (toml.users_runtimes(text, target["schema"], is_template, path, names) or {}).items():
+            kept[name] = (path, binary)
+    for runtime in [r for r in plan["write"] if r["name"] in kept]:
+        path, binary = kept[runtime["name"]]
+        plan["write"].remove(runtime)
+        plan["skip"].append({"name": runtime["name"], "reason": (
+            "%s configures runtime %s with its own binary %s: it is yours and kept as it is (to hand it over to "
+            "k3s_gpu.nvidia, remove that table and run again)" % (path, runtime["name"], binary))})
+
+
+# the files the collection writes whole, at names of its own: it knows its own by their first line
+_WHOLLY_OURS = release_rules.OWN_DROPINS + ("default_runtime_file",)
+
+
+def _not_taking_over(plan, file_changes):
+    """Refuse to write over a file at one of the collection's names that it did not write (no managed first line): the
+    user's settings in it would be lost. The take-back (state absent) leaves such a file alone and says so."""
+    kept = []
+    for change in file_changes:
+        before = change["before"]
+        if change["key"] not in _WHOLLY_OURS or before is None or before.startswith(
+                (toml.MANAGED_HEADER, toml.MANAGED_YAML_HEADER)):
+            kept.append(change)
+            continue
+        if plan["state"] == "absent":
+            plan["notes"].append("%s was not written by k3s_gpu.nvidia (it lacks the collection's first line): it is left "
+                                 "as it is" % change["node_path"])
+            continue
+        raise K3sGpuError(
+            "%s exists but was not written by k3s_gpu.nvidia (its first line is not %r), and the collection writes that "
+            "file whole: your settings in it would be lost" % (change["node_path"], _header_of(change["node_path"])),
+            fix="move your settings into a file of your own in that directory (such as 40-site%s) and remove %s, then "
+                "run again; nothing was written" % (change["node_path"][change["node_path"].rfind("."):],
+                                                   change["node_path"]))
+    return kept
+
+
+def _header_of(node_path):
+    return toml.MANAGED_YAML_HEADER if node_path.endswith(".yaml") else toml.MANAGED_HEADER
 
 
 def _settings_added(facts, target):

@@ -25,8 +25,7 @@ FILE_ARGS = tuple(k for k in FILE_COMMON_ARGUMENTS if k not in _NOT_FILE_ARGS)
 # k3s creates its configuration directories 0755: a 0700 /etc/rancher made before k3s is installed would keep a
 # kubeconfig written with write-kubeconfig-mode 644 from the users it is meant for (the backups stay 0700)
 NEW_DIR_MODE = "0755"
-# directories of the OS that a take-back never removes, even empty; below them, an emptied directory on the way to
-# one of the collection's files goes with it
+# directories of the OS that a take-back never removes, even empty
 SYSTEM_DIRECTORIES = ("/", "/etc", "/var", "/var/lib", "/opt", "/usr", "/usr/local", "/run", "/srv", "/home")
 
 
@@ -88,13 +87,20 @@ def only_ours(change):
             or before.startswith((toml.MANAGED_HEADER, toml.MANAGED_YAML_HEADER)))
 
 
+# where a take-back may climb, emptied directory by directory: k3s/rke2's configuration (/etc/rancher/k3s holds
+# nothing but what a user or an installer put there) and the copies' tree; never into a data dir, whose directories
+# k3s makes at its start
+_PRUNABLE_TOPS = ("/etc/rancher", "/var/backups")
+
+
 def prune_top(node_path):
-    """The highest directory above node_path that a take-back may remove once it is empty (one below the OS's own:
-    /etc/rancher for /etc/rancher/k3s/config.yaml.d/x, /var/backups for the copies)."""
-    top = node_path.rsplit("/", 1)[0] or "/"
-    while top not in SYSTEM_DIRECTORIES and top.rsplit("/", 1)[0] not in SYSTEM_DIRECTORIES + ("",):
-        top = top.rsplit("/", 1)[0]
-    return top
+    """The highest directory above node_path that a take-back may remove once it is empty: /etc/rancher for
+    /etc/rancher/k3s/config.yaml.d/x, /var/backups for the copies, else the file's own directory (a drop-in's)."""
+    parent = node_path.rsplit("/", 1)[0] or "/"
+    for top in _PRUNABLE_TOPS:
+        if parent == top or parent.startswith(top + "/"):
+            return top
+    return parent
 
 
 def _host_of(change, node_path):
@@ -109,7 +115,7 @@ def backup_fields(change, params):
     puts back or removes, so the node ends as it was before the first converge."""
     root = change["path"][:len(change["path"]) - len(change["node_path"])]
     fields = {"backup_to": root + release_rules.backup_prefix(change["node_path"]),
-              "backup_root": root + prune_top(release_rules.BACKUP_DIR + "/x"),
+              "backup_root": root + prune_top(release_rules.BACKUP_DIR),
               "backup_keep": release_rules.BACKUP_KEEP}
     if change.get("keep_copy"):
         fields["backup"] = True

@@ -595,6 +595,27 @@ def _differences(user, rendered):
             for key in sorted(mine) if not _same(mine[key], theirs.get(key))]
 
 
+def users_runtimes(text, schema, is_template, file_path, names):
+    """{name: BinaryName} of each runtime among names that a file of the user's declares with a binary of its own: not
+    one of NVIDIA's runtime binaries (a wrapper, a script), which an earlier run or NVIDIA's tools wrote and a later
+    run may point at the toolkit the node has now. None when the text does not parse (the file's own check names
+    that)."""
+    try:
+        masked = mask_template(text, file_path)[0] if is_template else text
+        data = read(masked.split("\n"))[0]
+    except (tomllib.TOMLDecodeError, K3sGpuError, ValueError):
+        return None
+    found = {}
+    for name in names:
+        path = distro.runtime_table(schema, name)
+        binary = _get(data, path + ("options", "BinaryName"))
+        if isinstance(binary, str) and binary and binary.rsplit("/", 1)[-1] not in _NVIDIA_BINARIES:
+            found[name] = binary
+    return found
+
+
+_NVIDIA_BINARIES = set(binary for _name, binary in distro.NVIDIA_RUNTIMES)
+
 # the settings outside runtime tables that this module writes (default runtime, CDI)
 _OUR_SETTINGS = {"default_runtime_name", "enable_cdi"}
 

@@ -302,7 +302,7 @@ NVIDIA_V2 = "/usr/bin/nvidia-container-runtime"
     ('version = 2\n[%s.runtimes.nvidia]\n  runtime_type = """\nio.containerd.runc.v1"""\n' % V2, {},
      "line 3: runtime_type spans several lines; put it on one line so it can be updated"),
     # the runtime's options as a dotted key of the runtime's table
-    ('version = 2\n[%s.runtimes.nvidia]\n  runtime_type = "io.containerd.runc.v2"\n  options.BinaryName = "/x"\n' % V2, {},
+    ('version = 2\n[%s.runtimes.nvidia]\n  runtime_type = "io.containerd.runc.v2"\n  options.NoPivotRoot = true\n' % V2, {},
      "[%s.runtimes.nvidia.options] is defined with dotted keys or an inline table; define it as a table or remove it"
      % V2),
 ])
