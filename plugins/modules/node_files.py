@@ -426,7 +426,7 @@ def _make_parents(module, entry, undo):
         missing.append(parent)
         parent = os.path.dirname(parent)
     for directory in reversed(missing):
-        os.mkdir(directory)
+        os.mkdir(directory, _initial_mode(entry["directory_mode"]))  # its mode from the first instant (umask aside)
         undo.created.append(directory)
         module.set_mode_if_different(directory, entry["directory_mode"], False)
 
@@ -456,9 +456,10 @@ def _backup(module, entry, undo):
     top = entry["backup_root"] or os.path.dirname(target)
     for directory in reversed(missing):
         # the tree of copies is private (they are copies of 0600 files); what holds it is as the OS makes it
-        private = directory.startswith(top.rstrip("/") + "/")
-        os.mkdir(directory)
-        os.chmod(directory, 0o700 if private else 0o755)
+        mode = 0o700 if directory.startswith(top.rstrip("/") + "/") else 0o755
+        os.mkdir(directory, mode)  # its mode from the first instant; chmod for a umask that takes more away
+        if stat.S_IMODE(os.stat(directory).st_mode) != mode:
+            os.chmod(directory, mode)
         undo.created.append(directory)
     stamp = "%s.%s.%s" % (target, os.getpid(), time.strftime("%Y-%m-%d@%H:%M:%S", time.localtime(time.time())))
     copy, number = stamp + "~", 0
@@ -493,6 +494,8 @@ def _remove_empty_directories(directory, top):
     """Remove directory and its parents while they are empty, up to and including top. Returns those removed."""
     top = os.path.normpath(top)
     removed = []
+    while not os.path.isdir(directory) and directory.startswith(top.rstrip("/") + os.sep):
+        directory = os.path.dirname(directory)  # an interrupted run removed it: go on from the first one left
     while directory == top or directory.startswith(top.rstrip("/") + os.sep):
         try:
             os.rmdir(directory)
@@ -538,6 +541,15 @@ def _atomic_move(module, scratch, path, unsafe_writes):
         module.fail_json = fail_json
 
 
+def _initial_mode(mode):
+    """The permission bits a new file starts with: the octal mode asked for, else (none, or a symbolic one, which
+    set_fs_attributes applies right after) 0600."""
+    if isinstance(mode, int):
+        return mode & 0o7777
+    text = str(mode or NEW_FILE_MODE)
+    return int(text, 8) & 0o7777 if text.isdigit() and set(text) <= set("01234567") else int(NEW_FILE_MODE, 8)
+
+
 def _write(module, entry, state, undo):
     path = entry["path"]
     creating = state == "absent"
@@ -553,7 +565,13 @@ def _write(module, entry, state, undo):
             _validate(module, entry, scratch)
         backup = _backup(module, entry, undo) if entry["backup"] and not creating else None
         undo.keep(path)
-        _atomic_move(module, scratch, path, entry["unsafe_writes"])
+        if creating:
+            # a new file has its mode before it has its name: a run killed right after the rename leaves no file
+            # readable by more than it should be (atomic_move would chmod it only after the rename)
+            os.chmod(scratch, _initial_mode(entry["mode"]))
+            os.rename(scratch, path)
+        else:
+            _atomic_move(module, scratch, path, entry["unsafe_writes"])
     finally:
         if os.path.exists(scratch):
             os.unlink(scratch)
@@ -567,11 +585,17 @@ def _remove_empty_parent(module, entry):
     if entry["backup"] and not entry["backup_to"]:
         return None  # the backup sits next to the removed file
     parent = os.path.dirname(entry["path"])
-    if [name for name in os.listdir(parent) if name != os.path.basename(entry["path"])]:
-        return None
+    top = entry["prune_parents_to"] or parent
+    while not os.path.isdir(parent) and parent.startswith(top.rstrip("/") + "/"):
+        parent = os.path.dirname(parent)  # an interrupted take-back removed it: go on from the first one left
+    try:
+        if [name for name in os.listdir(parent) if name != os.path.basename(entry["path"])]:
+            return None
+    except OSError:
+        return None  # gone already
     if module.check_mode:
         return parent
-    removed = _remove_empty_directories(parent, entry["prune_parents_to"] or parent)
+    removed = _remove_empty_directories(parent, top)
     return removed[0] if removed else None
 
 
@@ -605,8 +629,11 @@ def _tidy(module, entry, outcome, result):
     """What cannot be undone, done once every file is applied: old copies pruned or dropped, emptied directories."""
     if not module.check_mode and outcome["backup_file"]:
         _prune_copies(entry)
-    if entry["state"] == "absent" and entry["remove_empty_parent"] and outcome["action"] == "removed":
+    if entry["state"] == "absent" and entry["remove_empty_parent"] and outcome["action"] in ("removed", "unchanged"):
+        # unchanged: a file already gone (an interrupted take-back) still leaves its emptied directory to remove
         outcome["parent_removed"] = _remove_empty_parent(module, entry)
+        if outcome["parent_removed"]:
+            result["changed"] = True
     if entry["drop_backups"]:
         outcome["backups_removed"] = _drop_backups(module, entry)
         if outcome["backups_removed"]:

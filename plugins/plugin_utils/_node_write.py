@@ -35,6 +35,7 @@ def write(result, facts, plan, changes, params, execute_module, own_files, write
     params["validate"] = node_validate(facts, params)
     entries = [write_entry(change, params) for change in changes]
     entries += attribute_entries(facts, plan, changes, params)
+    entries += leftover_entries(facts, entries, params)
     if not write_now:
         result["write_due"] = bool(entries)
         return result
@@ -152,6 +153,39 @@ def write_entry(change, params):
         if params.get(key) is not None:
             entry[key] = params[key]
     return entry
+
+
+# the files the take-back looks after, and whose directory goes with them once it is empty
+_TAKEN_BACK = ("template_v3", "template_v2", "config") + release_rules.OWN_DROPINS + ("default_runtime_file",
+                                                                                     "labels_file_legacy")
+_PRUNED = release_rules.OWN_DROPINS + ("default_runtime_file", "labels_file_legacy")
+
+
+def leftover_entries(facts, entries, params):
+    """The role's take-back (state absent) also clears what an interrupted take-back left of files it already put back
+    or removed: their copies under the backup tree and the directories of ours they emptied. One entry per such file
+    that no change covers; it changes nothing of the file itself (the kept original's copy of a file changed since
+    the collection wrote it stays, as the take-back says)."""
+    if not (params.get("_own_files") and params.get("state") == "absent"):
+        return []
+    listed = set(e["path"] for e in entries)
+    out = []
+    for key in _TAKEN_BACK:
+        node_path = facts.paths.get(key)
+        host = facts.host_path(node_path) if node_path else None
+        if not node_path or host in listed:
+            continue
+        state = (facts.files.get(key) or {}).get("state") or "absent"
+        if state not in ("absent", "file"):
+            continue
+        change = {"path": host, "node_path": node_path}
+        entry = {"path": host, "state": state, "expected_state": state, "backup": False, "drop_backups": True,
+                 "backup_to": _host_of(change, release_rules.backup_prefix(node_path)),
+                 "backup_root": _host_of(change, prune_top(release_rules.BACKUP_DIR))}
+        if key in _PRUNED and state == "absent":
+            entry.update(remove_empty_parent=True, prune_parents_to=_host_of(change, prune_top(node_path)))
+        out.append(entry)
+    return out
 
 
 def attribute_entries(facts, plan, changes, params):
