@@ -83,3 +83,37 @@ def test_directories_are_made_0755_and_go_with_the_take_back(sandbox):
     assert not absent.get("failed"), absent.get("msg")
     assert sandbox.snapshot() == before
     assert sorted(d for d, _s, _f in os.walk(sandbox.root)) == dirs_before
+
+
+@pytest.mark.parametrize("link", ["/var/lib/rancher", "/etc/rancher", "/var/backups"])
+def test_the_role_never_writes_outside_the_root_through_an_absolute_symlink(sandbox, tmp_path, link):
+    # image trees carry links such as /var/lib/rancher -> /data/rancher: that is /data/rancher of the image
+    build_host = tmp_path / "build-host"
+    (build_host / "data").mkdir(parents=True)
+    target = str(build_host / "data" / link.strip("/").replace("/", "-"))
+    os.makedirs(target)
+    sandbox.mkdir(os.path.dirname(link))
+    if link == "/var/lib/rancher":
+        sandbox.mkdir(target[len(""):] + "/k3s/agent/etc/containerd")  # inside the image: <root><target>
+    os.symlink(target, sandbox.path(link))
+    sandbox.k3s("k3s", "package")
+    sandbox.write(TEMPLATE, '{{ template "base" . }}\n')
+    before = sorted(os.walk(str(build_host)))
+    result = host_step(sandbox, gpu_node_default_runtime="nvidia", gpu_node_backup=True)
+    assert not result.get("failed"), result.get("msg")
+    assert sorted(os.walk(str(build_host))) == before
+    again = host_step(sandbox, gpu_node_default_runtime="nvidia", gpu_node_backup=True, gpu_node_state="absent")
+    assert not again.get("failed"), again.get("msg")
+    assert sorted(os.walk(str(build_host))) == before  # nothing on the machine running the role
+
+
+def test_a_data_dir_that_climbs_above_the_root_stays_in_it(sandbox, tmp_path):
+    # data-dir: /../../../x in the node's config.yaml is /x on the node, and <root>/x here
+    sandbox.write("/etc/rancher/k3s/config.yaml", "data-dir: /../../../x\n")
+    sandbox.mkdir("/x/agent/etc/containerd")
+    sandbox.k3s("k3s", "package")
+    outside = sorted(os.listdir(os.path.dirname(sandbox.root)))
+    result = host_step(sandbox, gpu_node_release=DROPIN_RELEASE, gpu_node_default_runtime="nvidia-legacy")
+    assert not result.get("failed"), result.get("msg")
+    assert sandbox.exists("/x/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml")
+    assert sorted(os.listdir(os.path.dirname(sandbox.root))) == outside
