@@ -395,7 +395,7 @@ class ActionModule(SpecAction):
         result["changed"] = True
         timeout, settle = settings["restart_timeout_seconds"], settings["restart_settle_seconds"]
         first = restart.unit_state(systemd().get("status"))
-        for _attempt in range(int(timeout / 2)):
+        for _attempt in range(max(1, -(-int(timeout) // 2))):  # every 2 s, at least once: 1 s still waits
             if first[0] == "active":
                 break
             time.sleep(2)

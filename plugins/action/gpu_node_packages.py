@@ -9,7 +9,11 @@ with Ansible's own modules (stat, get_url, deb822_repository, yum_repository, ap
 
 The key is downloaded to a temporary file and its fingerprint checked before apt/dnf may see it; the repository
 trusts only that key. If the install fails, the repository change is undone, so a bad or unreachable repository
-never breaks the host's next apt/dnf run."""
+never breaks the host's next apt/dnf run.
+
+Every module runs with gpu_node_proxy_env over the task's own environment. The step reads it itself, instead of the
+role passing it as the task's `environment:` from a registered result: a result holds no proxy password (issue 41),
+and a URL in a message has its password masked."""
 
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _packages as packages
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, masked
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
 
 display = Display()
@@ -34,7 +38,7 @@ SETTINGS = ("gpu_node_package_manager", "gpu_node_toolkit_version", "gpu_node_to
             "gpu_node_driver_branch", "gpu_node_driver_version", "gpu_node_driver_hold",
             "gpu_node_driver_open_kernel_modules", "gpu_node_driver_packages", "gpu_node_driver_kernel_headers",
             "gpu_node_driver_blacklist_nouveau", "gpu_node_driver_repo_url", "gpu_node_driver_gpg_key_url",
-            "gpu_node_driver_gpg_fingerprint", "gpu_node_driver_reboot")
+            "gpu_node_driver_gpg_fingerprint", "gpu_node_driver_reboot", "gpu_node_proxy_env")
 GPG = "/usr/bin/gpg"
 PYTHON_DEBIAN = "/usr/lib/python3/dist-packages/debian/deb822.py"  # ansible.builtin.deb822_repository needs it
 NOUVEAU_BLACKLIST = "%s\nblacklist nouveau\noptions nouveau modeset=0\n" % release_rules.NOUVEAU_BLACKLIST_HEADER
@@ -54,10 +58,10 @@ class StepFailed(Exception):
         self.result = result
         subject = next((module_args[key] for key in _SUBJECT_ARGS if (module_args or {}).get(key)), None)
         shown = " ".join(subject) if isinstance(subject, list) else subject
-        self.step = "%s (%s)" % (module, shown) if shown else module
+        self.step = masked("%s (%s)" % (module, shown) if shown else module)
 
     def reason(self):
-        return ("%s %s" % (self.result.get("msg") or "", (self.result.get("stderr") or "").strip())).strip()
+        return masked(("%s %s" % (self.result.get("msg") or "", (self.result.get("stderr") or "").strip())).strip())
 
 
 class ActionModule(SpecAction):
@@ -69,9 +73,11 @@ class ActionModule(SpecAction):
         self._host = task_vars.get("inventory_hostname", "")
         self._read_only = False
         self._changed = False
+        self._proxy_env = {}
         kind, state = args["source"], args["state"]
         try:
             settings = role_vars.read(task_vars, self._templar.template, SETTINGS)
+            self._proxy_env = settings["proxy_env"]
             facts = self._templar.template(task_vars.get("ansible_facts") or {})
             family = packages.package_family(settings, facts)
             if state == "absent":
@@ -98,6 +104,17 @@ class ActionModule(SpecAction):
         return result
 
     # ---- running modules ------------------------------------------------------------------------------
+
+    def _compute_environment_string(self, raw_environment_out=None):
+        """The task's environment (play, block, task), then gpu_node_proxy_env over it, for every module the step runs
+        (Ansible's own module runner and Mitogen's both ask here)."""
+        environment = {}
+        super(ActionModule, self)._compute_environment_string(environment)
+        environment.update(getattr(self, "_proxy_env", None) or {})
+        if isinstance(raw_environment_out, dict):
+            raw_environment_out.clear()
+            raw_environment_out.update(environment)
+        return self._connection._shell.env_prefix(**environment)
 
     def _update_module_args(self, module_name, module_args, task_vars, *args, **kwargs):
         super(ActionModule, self)._update_module_args(module_name, module_args, task_vars, *args, **kwargs)
@@ -218,7 +235,7 @@ class ActionModule(SpecAction):
                 display.display(
                     "%s: would add the repository %s and install %s (%s cannot see a repository that is not added yet, so "
                     "the package step is not evaluated in check mode)." % (
-                        self._host, source["url"], ", ".join(source["packages"]), family))
+                        self._host, masked(source["url"]), ", ".join(source["packages"]), family))
                 return outcome
             locks = self._release_stale_locks(source)
             if source["dnf_module"]:

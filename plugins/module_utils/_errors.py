@@ -9,6 +9,19 @@ PRIVATE to the collection. Node side (the modules raise it too); the controller'
 
 from __future__ import annotations
 
+import json
+import re
+
+# how much of a user's value a message shows: enough to know it again, never a file pasted into a variable
+SHOWN_CHARACTERS = 60
+# a run this long without a space, or a quoted text this long, is a value pasted in whole (no path or name is)
+_PASTED = re.compile(r"[^\s'\"]{400,}|(?<=')[^'\n]{400,}(?=')")
+# a message longer than this is cut at its end: a line a user reads, not a dump
+_MESSAGE_CHARACTERS = 8000
+# the userinfo of a URL (user:password@, or a token@); it ends at the last @ before the path, as urllib splits it
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#\s]*)@")
+MASK = "********"
+
 
 class K3sGpuError(ValueError):
     """A refusal the user acts on.
@@ -19,9 +32,10 @@ class K3sGpuError(ValueError):
     name the caller's user sets (the role's user sets `gpu_node_release`)."""
 
     def __init__(self, cause, fix="", variable=None):
-        # one place that keeps the text a clause: callers add their own ending ("Nothing was changed.")
-        self.cause = clause(cause)
-        self.fix = clause(fix)
+        # one place that keeps the text a clause: callers add their own ending ("Nothing was changed."); and the one
+        # place that keeps a URL's password and a pasted value out of every message (a result that AWX keeps)
+        self.cause = guarded(clause(cause))
+        self.fix = guarded(clause(fix))
         self.variable = variable
         super(K3sGpuError, self).__init__(self.text())
 
@@ -77,3 +91,45 @@ def clause(text):
     """A message from outside the collection (a module of Ansible's, a command) as part of a sentence: no final stop."""
     text = str(text or "").strip()
     return text[:-1] if text.endswith(".") and not text.endswith("..") else text
+
+
+def masked(text):
+    """text with the password (or the token) of every URL in it replaced by MASK: http://alice:********@proxy:3128."""
+    return _USERINFO.sub(_masked_userinfo, text)
+
+
+def _masked_userinfo(match):
+    user, colon, _secret = match.group("userinfo").partition(":")
+    return "%s%s@" % (match.group("scheme"), user + colon + MASK if colon else MASK)
+
+
+def cut(text, limit=SHOWN_CHARACTERS):
+    """text, or its first `limit` characters and its length when it is longer."""
+    return text if len(text) <= limit else "%s… (%d characters)" % (text[:limit], len(text))
+
+
+def shown(value, limit=SHOWN_CHARACTERS):
+    """A user's value as a message shows it: a text quoted (a newline shows as \\n), anything else as JSON; the password
+    of a URL masked; cut to its start and its length when longer than `limit` ('aaaa…' (1048576 characters))."""
+    if not isinstance(value, str):
+        return cut(masked(_json(value)), limit)
+    text = masked(str(value))  # before it is cut: a cut can end inside a password, before the @ that shows it is one
+    if len(text) <= limit:
+        return repr(text)
+    head = repr(text[:limit])
+    return "%s…%s (%d characters)" % (head[:-1], head[-1], len(value))
+
+
+def _json(value):
+    try:
+        return json.dumps(value, sort_keys=True, default=str)
+    except (TypeError, ValueError):  # keys of several types do not sort; an integer of 5000 digits is no JSON
+        try:
+            return json.dumps(value, default=str)
+        except (TypeError, ValueError):
+            return "(a value that cannot be shown)"
+
+
+def guarded(text):
+    """A message as the collection shows it: URL passwords masked, a value pasted in whole cut to its start and length."""
+    return cut(_PASTED.sub(lambda pasted: cut(pasted.group(0)), masked(text)), _MESSAGE_CHARACTERS)

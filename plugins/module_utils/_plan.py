@@ -18,9 +18,11 @@ import json
 import posixpath
 import re
 
+from collections.abc import Mapping
+
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, shown
 
 MODE_DROPIN = "dropin"
 MODE_TEMPLATE = "template"
@@ -289,13 +291,70 @@ def reserved_tables(facts, target, default_runtime_via_flag):
 
 # --- runtime requests -------------------------------------------------------------------------
 
-def check_runtime_name(name):
+def check_runtime_name(name, where=None, variable=None):
+    """Refuse a runtime name containerd cannot serve to a RuntimeClass; `where` names it ({runtimes}[2].name)."""
     if not isinstance(name, str) or not _RUNTIME_NAME.match(name) or len(name) > 63:
         raise K3sGpuError(
-            "runtime name %r is not valid: a containerd handler used by a RuntimeClass must be a "
-            "lowercase DNS label (a-z, 0-9 and '-', at most 63 characters, no quotes, dots, spaces "
-            "or newlines)" % (name,),
-            fix="rename it, for example to 'nvidia-custom'")
+            "%s: a containerd handler used by a RuntimeClass must be a lowercase DNS label (a-z, 0-9 and '-', at most "
+            "63 characters, no quotes, dots, spaces or newlines)" % (
+                "%s: %s is not a valid runtime name" % (where, shown(name)) if where
+                else "runtime name %s is not valid" % shown(name)),
+            fix="rename it, for example to 'nvidia-custom'", variable=variable)
+
+
+# a runtimes entry's keys (containerd_runtimes' RUNTIME_SPEC)
+RUNTIME_KEYS = ("name", "binary", "runtime_type", "options", "systemd_cgroup")
+# containerd's name of a shim (io.containerd.<shim>.<version> runs containerd-shim-<shim>-<version>) or a shim's path
+_RUNTIME_TYPE = re.compile(r"([A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)+|/[!-~]+)\Z")
+_BOOLEAN_TEXTS = ("true", "false", "yes", "no", "on", "off", "y", "n", "t", "f", "1", "0")
+
+
+def _absolute_path(value):
+    return isinstance(value, str) and value.startswith("/") and value.isprintable()
+
+
+def _runtime_type(value):
+    return value in (None, "") or (isinstance(value, str) and bool(_RUNTIME_TYPE.match(value)))
+
+
+def _boolean(value):
+    if isinstance(value, str):
+        return value.strip().lower() in _BOOLEAN_TEXTS
+    return value is None or isinstance(value, bool) or (isinstance(value, int) and value in (0, 1))
+
+
+# each value of an entry: (key, whether the value is one, what it is not, the fix)
+_ENTRY_VALUES = (
+    ("binary", lambda value: value is None or _absolute_path(value), "is not an absolute path",
+     "give the runtime's path on the node, such as /usr/bin/nvidia-container-runtime, or leave binary out for the one "
+     "detected"),
+    ("runtime_type", _runtime_type, "is not a containerd runtime type",
+     "write a shim's name such as io.containerd.runc.v2 (the default), or leave runtime_type out"),
+    ("options", lambda value: value is None or isinstance(value, Mapping), "is not a mapping",
+     "write the runtime's options as a mapping, such as {SystemdCgroup: true}"),
+    ("systemd_cgroup", _boolean, "is not a boolean", "set true or false, or leave systemd_cgroup out"),
+)
+
+
+def check_runtime_entry(index, entry):
+    """Refuse a {runtimes} entry that is no runtime's settings, by its index and key ({runtimes}[2].name): a mapping
+    of RUNTIME_KEYS, a valid name, an absolute binary, a runtime_type containerd runs, options as a mapping, a boolean
+    systemd_cgroup. Whether the binary is there is a question for the node's reading (check_runtime_binary)."""
+    where = "{runtimes}[%d]" % index
+    if not isinstance(entry, Mapping):
+        raise K3sGpuError("%s: %s is not a mapping" % (where, shown(entry)), variable="runtimes",
+                          fix="write each runtime as a mapping, such as {name: nvidia-custom, binary: /usr/bin/x}")
+    unknown = [key for key in entry if key not in RUNTIME_KEYS]
+    if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), RUNTIME_KEYS, 1, 0.6)
+        raise K3sGpuError("%s: %s is not a runtime setting%s" % (where, shown(unknown[0]), (
+            " (did you mean %s?)" % close[0]) if close else ""), "use %s" % ", ".join(RUNTIME_KEYS), "runtimes")
+    if entry.get("name") is None:
+        raise K3sGpuError("%s.name is missing" % where, "give each runtime a name, such as nvidia-custom", "runtimes")
+    check_runtime_name(entry["name"], where + ".name", "runtimes")
+    for key, fits, what, fix in _ENTRY_VALUES:
+        if not fits(entry.get(key)):
+            raise K3sGpuError("%s.%s: %s %s" % (where, key, shown(entry[key]), what), fix, "runtimes")
 
 
 def check_runtime_binary(name, binary, binary_info):
@@ -329,20 +388,27 @@ def check_options(name, runtime_type, options):
                     "%s" % (", ".join(distro.RUNC_OPTION_KEYS),))
 
 
+def check_runtime_entries(entries):
+    """check_runtime_entry for each entry, and each name listed once: what needs no reading of the node."""
+    seen = set()
+    for index, entry in enumerate(entries):
+        check_runtime_entry(index, entry)
+        if entry["name"] in seen:
+            raise K3sGpuError("{runtimes}[%d].name: %s is listed twice in {runtimes}" % (index, shown(entry["name"])),
+                              "list it once", "runtimes")
+        seen.add(entry["name"])
+
+
 def normalize_runtimes(facts, requested):
     """The runtimes asked for (explicit list, or the NVIDIA runtimes found on the node)."""
     if requested is None:
         return [{"name": r["name"], "binary": r["binary"], "runtime_type": r["runtime_type"], "options": {},
                  "systemd_cgroup": None, "explicit": False} for r in facts["runtimes"]]
     result = []
-    seen = set()
     binaries = facts.get("binaries") or {}
+    check_runtime_entries(requested)  # every entry's settings before what the node has
     for item in requested:
-        name = item.get("name")
-        check_runtime_name(name)
-        if name in seen:
-            raise K3sGpuError("runtime %s is listed twice in {runtimes}" % name, "list it once", "runtimes")
-        seen.add(name)
+        name = item["name"]
         runtime_type = item.get("runtime_type") or distro.RUNC_V2
         binary = item.get("binary")
         if binary is None:

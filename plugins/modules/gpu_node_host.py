@@ -74,7 +74,8 @@ settings:
   description:
     - The role variables the role's task files and the playbooks' cluster step read, as the host step resolved them
       (the user's value, else the default of the role's argument spec), keyed without the C(gpu_node_) prefix - C(root),
-      C(cdi_spec_path), C(proxy_env), C(driver_reboot_timeout_seconds), C(mode), C(driver_install).
+      C(cdi_spec_path), C(driver_reboot_timeout_seconds), C(mode), C(driver_install). Never C(proxy_env) (no_log; the
+      package step reads it itself).
   returned: success
   type: dict
 install_due:

@@ -21,7 +21,9 @@ description:
   - O(state=absent) releases the holds and locks and removes the packages; with O(remove_source) also the repository,
     its key and (the driver) the nouveau blacklist the role wrote.
   - Reads the role's C(gpu_node_*) variables itself, converted by the role's argument spec, and the host's
-    C(ansible_facts) (OS family, distribution, version, architecture, kernel). Runs Ansible's own modules on the host.
+    C(ansible_facts) (OS family, distribution, version, architecture, kernel). Runs Ansible's own modules on the host,
+    each with C(gpu_node_proxy_env) over the task's own C(environment); no result holds it, and a URL in a message has
+    its password masked.
 extends_documentation_fragment: k3s_gpu.nvidia.action_attributes
 attributes:
   diff_mode:

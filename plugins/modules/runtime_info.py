@@ -397,17 +397,27 @@ plan:
     skip: [{name: nvidia, reason: k3s v1.31.6+k3s1 detects /usr/bin/nvidia-container-runtime and renders this runtime itself}]
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import RUNTIME_INFO_SPEC
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, shown
+
+
+def _check_root(root):
+    """A root that is no directory reads as a node without anything (and the role would create it): refused."""
+    if not os.path.isdir(root or "/"):
+        raise K3sGpuError("{root}: %s is not a directory on the node" % shown(root), variable="root",
+                          fix="create the sandbox tree first, or set {root} to / for the node itself")
 
 
 def main():
     module = AnsibleModule(argument_spec=RUNTIME_INFO_SPEC, supports_check_mode=True)
     params = module.params
     try:
+        _check_root(params["root"])
         facts = detect.gather(
             root=params["root"], distribution=params["distribution"], release=params["release"],
             data_dir=params["data_dir"], toolkit_dirs=params["toolkit_dirs"], binaries=params["binaries"],

@@ -36,8 +36,9 @@ def role_message(outcome):
 # the role variables the role's task files read, resolved by the host step: gpu_node_result.settings (the role's
 # gpu_node__settings), keyed without the gpu_node_ prefix; the tasks never read a gpu_node_* variable themselves, so
 # that a variable the user did not set has its default from meta/argument_specs.yml alone
-# gpu_node_result.settings: what the role's tasks read, and a node's settings the cluster step reads (mode, driver_install)
-TASK_SETTINGS = ("root", "cdi_spec_path", "proxy_env", "driver_reboot_timeout_seconds", "mode", "driver_install")
+# gpu_node_result.settings: what the role's tasks read, and a node's settings the cluster step reads (mode, driver_install);
+# never gpu_node_proxy_env (no_log: its password would be in every result, which AWX keeps): the package step reads it
+TASK_SETTINGS = ("root", "cdi_spec_path", "driver_reboot_timeout_seconds", "mode", "driver_install")
 
 
 def task_settings(settings, task_vars, template):

@@ -11,15 +11,16 @@ gpu_node_force=false` and `gpu_node_toolkit_install=false` under an INI `[group:
 a misspelled `gpu_node_*` variable draws a warning naming the closest known one.
 
 meta/argument_specs.yml is the only place the role's defaults are declared (defaults/main.yml declares none of
-them): a variable the user did not set gets its default here, when the spec is applied. A text variable (type
-str or path) takes only a text: `gpu_node_default_runtime: false` is refused, not taken as the runtime "False".
+them): a variable the user did not set gets its default here, when the spec is applied. What the user set is checked
+here once, before anything is decided (_role_var_checks): a text variable (type str or path) takes only a text
+(`gpu_node_default_runtime: false` is refused, not taken as the runtime "False"), a node path is absolute, a runtime
+entry is a runtime's settings; each refusal names the variable, shows the value cut (never a no_log one) and the fix.
 
 PRIVATE to the collection."""
 
 from __future__ import annotations
 
 import difflib
-import json
 import os
 
 from collections.abc import Mapping
@@ -32,6 +33,7 @@ from ansible.module_utils.parsing.convert_bool import BOOLEANS, boolean
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_var_checks as checks
 
 SPEC_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))),
                          "roles", "gpu_node", "meta", "argument_specs.yml")
@@ -40,15 +42,6 @@ PREFIX = "gpu_node_"
 ROLE_FACTS = ("gpu_node_result", "gpu_node_reboot_required")
 _SPEC_KEYS = ("type", "elements", "default", "choices", "options", "required", "aliases", "no_log")
 _SPECS = {}
-# the spec types whose values are texts: a boolean, a number, a list or a mapping there is refused by name
-TEXT_TYPES = ("str", "path")
-# the fix for a text variable that got something else, where "a text" alone does not say what to write
-TEXT_HINTS = {
-    "gpu_node_default_runtime": 'set a runtime name such as nvidia, or "" for none',
-    "gpu_node_device_plugin_runtime_class": 'set a RuntimeClass name such as nvidia, or "" for the collection\'s choice',
-    "gpu_node_target_release": 'set a k3s or rke2 release such as v1.35.3+k3s1, or "" for the one the inventory asks for',
-    "gpu_node_release": 'set a release such as v1.35.3+k3s1, or "" to read it from the node',
-}
 # The release other inventories ask for (k3s-ansible, rke2-ansible, lablabs.rke2), read when gpu_node_release or
 # gpu_node_target_release is empty (reference facts-2026-12: inventories)
 INVENTORY_RELEASES = (("k3s_version", distro.K3S), ("rke2_install_version", distro.RKE2), ("rke2_version", distro.RKE2))
@@ -119,44 +112,6 @@ def inventory_release(task_vars, template):
     return None
 
 
-def _kind(value):
-    """What a value that is not a text is, in words (None for a text, or for None: the spec takes that)."""
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, float):
-        return "a number"  # an integer reads as its digits (gpu_node_driver_branch=580 in an INI inventory); 1.20 does not
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    if isinstance(value, dict):
-        return "a dictionary"
-    return None
-
-
-def _shown(value):
-    try:
-        return json.dumps(value, sort_keys=True)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def _not_a_text(name, option, value):
-    """The refusal of a text variable (type str or path) that holds something else, with the fix; None for a text."""
-    kind = _kind(value)
-    if kind is None:
-        return None
-    if option.get("choices"):
-        fix = "set one of %s" % ", ".join(str(c) for c in option["choices"])
-    elif name in TEXT_HINTS:
-        fix = TEXT_HINTS[name]
-    elif kind == "a number":
-        fix = "write it in quotes as you mean it (YAML reads an unquoted 1.20 as the number 1.2)"
-    elif option.get("default"):
-        fix = 'set a text such as "%s" (the default)' % option["default"]
-    else:
-        fix = 'set a text, or "" for the default'
-    return "%s: %s is %s, not a text; %s" % (name, _shown(value), kind, fix)
-
-
 def role_spec(entry_point="main"):
     """{variable: argument spec} of an entry point of the role (read once per controller process)."""
     return _load()[entry_point]
@@ -171,26 +126,29 @@ def read(task_vars, template, names=None, entry_point="main"):
     spec = role_spec(entry_point)
     names = list(spec) if names is None else names
     wanted = dict((name, spec[name]) for name in names)
-    values = {}
-    refused = []
-    for name in names:
-        if name in task_vars:
-            values[name] = template(task_vars[name])
-            if wanted[name].get("type", "str") in TEXT_TYPES:
-                refused.append(_not_a_text(name, wanted[name], values[name]))
-    refused = [message for message in refused if message]
-    if refused:
-        raise K3sGpuError("; ".join(refused))
+    values = dict((name, checks.as_given(wanted[name], template(task_vars[name]))) for name in names if name in task_vars)
+    # the user's values only (a default is right by construction); every refusal at once, in the spec's order
+    refused = dict((name, checks.before_conversion(name, wanted[name], value)) for name, value in values.items())
+    values = dict((name, value) for name, value in values.items() if not refused[name])
     if "gpu_node_operator_driver" in values and str(values["gpu_node_operator_driver"]).lower() in BOOLEANS:
         values["gpu_node_operator_driver"] = boolean(values["gpu_node_operator_driver"])  # auto, or a bool as text
     validated = ArgumentSpecValidator(wanted).validate(values)
-    if validated.error_messages:
-        raise K3sGpuError("; ".join(validated.error_messages))
-    settings = dict((name[len(PREFIX):], value) for name, value in validated.validated_parameters.items())
+    converted = validated.validated_parameters
+    for name in values if not validated.error_messages else ():  # a value the spec refused is not converted
+        refused[name] = checks.after_conversion(name, wanted[name], converted[name])
+    _refuse([refused.get(name) for name in names] + validated.error_messages)
+    settings = dict((name[len(PREFIX):], value) for name, value in converted.items())
     if "target_release" in settings and not settings["target_release"]:
         found = inventory_release(task_vars, template)
         settings["target_release"] = found[1] if found else ""
     return settings
+
+
+def _refuse(messages):
+    """One K3sGpuError for the refusals among messages (None where a variable is fine), each naming its variable."""
+    refused = [message for message in messages if message]
+    if refused:
+        raise K3sGpuError("; ".join(refused))
 
 
 def unknown_variables(task_vars):

@@ -9,6 +9,8 @@ PRIVATE to the collection."""
 
 from __future__ import annotations
 
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import guarded
+
 _LISTS = ("runtimes_detected", "handlers", "written", "rendered_by_release", "operator_runtimes", "pending")
 
 
@@ -21,7 +23,8 @@ def row(host, result, check_mode=False):
     changed = bool(result.get("host_changed", result.get("changed"))) and not failed
     restarted = bool(result.get("restarted"))
     entry = {
-        "host": host, "status": status, "reason": result.get("reason") or result.get("msg") or "",
+        # a module's own message may carry a URL it fetched, with its password
+        "host": host, "status": status, "reason": guarded(str(result.get("reason") or result.get("msg") or "")),
         "distribution": result.get("distribution") or "", "release": result.get("release") or "",
         "restarted": restarted, "verified": result.get("verified"), "mode": result.get("mode") or "host",
         "reboot_required": bool(result.get("reboot_required")),

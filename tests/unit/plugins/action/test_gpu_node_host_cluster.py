@@ -43,7 +43,8 @@ def test_a_node_is_configured_once_then_left_as_it_is(sandbox):
 def test_the_result_holds_the_settings_the_role_tasks_read(sandbox):
     # the role's task files read gpu_node__settings (gpu_node_result.settings): the user's values, else the spec's defaults
     sandbox.k3s("k3s", "package")
-    expected = {"root": sandbox.root, "cdi_spec_path": "/etc/cdi/nvidia.yaml", "proxy_env": {}, "driver_reboot_timeout_seconds": 900,
+    # never gpu_node_proxy_env (issue 41: its password was in every result): the package step reads it itself
+    expected = {"root": sandbox.root, "cdi_spec_path": "/etc/cdi/nvidia.yaml", "driver_reboot_timeout_seconds": 900,
                 "mode": "host", "driver_install": False}
     first = host_step(sandbox, gpu_node_cdi_spec_path="/etc/cdi/nvidia.yaml")
     assert not first.get("failed"), first.get("msg")

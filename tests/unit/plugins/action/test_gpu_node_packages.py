@@ -273,3 +273,75 @@ def test_a_file_the_copy_action_cannot_write_fails_the_step_by_its_path():
         "gpu1: ansible.builtin.copy (/etc/modprobe.d/blacklist-nouveau.conf) failed: Destination directory "
         "/etc/modprobe.d does not exist"), result["msg"]
     assert copy.run.call_count == 1 and "apt" not in names(node)  # the blacklist comes before the packages
+
+
+# ---- issue 41: gpu_node_proxy_env goes to the modules' environment, never into a result or a message ------------------
+
+SECRET_URL = "http://alice:S3cr3t@proxy:3128"
+
+
+def environments_of(node, action):
+    """Record the environment each module of the step runs with, as Ansible computes it for the module."""
+    seen = []
+    run = node.run
+
+    def recording(action_, module_name, module_args):
+        environment = {}
+        action._compute_environment_string(environment)
+        seen.append((module_name, dict(environment)))
+        return run(action_, module_name, module_args)
+    node.run = recording
+    return seen
+
+
+def test_the_proxy_env_is_the_environment_of_every_module_and_of_no_result():
+    node = FakeNode(check_mode=False)
+    action = make_action(action_plugin, {"source": "toolkit"})
+    action._task.environment = [{"LANG": "C", "https_proxy": "http://play-level:3128"}]
+    seen = environments_of(node, action)
+    action._execute_module = lambda module_name, module_args, task_vars: node.run(action, module_name, dict(module_args))
+    action._remove_tmp_path = lambda path: None
+    result = action.run(task_vars={"inventory_hostname": "gpu1", "ansible_facts": DEBIAN,
+                                   "gpu_node_proxy_env": {"https_proxy": SECRET_URL, "no_proxy": "localhost"}})
+    assert not result.get("failed"), result.get("msg")
+    assert seen and all(env == {"LANG": "C", "https_proxy": SECRET_URL, "no_proxy": "localhost"} for _name, env in seen), seen
+    assert "S3cr3t" not in repr(result)
+
+
+def test_without_a_proxy_env_the_tasks_environment_is_left_as_it_is():
+    node = FakeNode(check_mode=False)
+    action = make_action(action_plugin, {"source": "toolkit"})
+    action._task.environment = [{"LANG": "C"}]
+    seen = environments_of(node, action)
+    action._execute_module = lambda module_name, module_args, task_vars: node.run(action, module_name, dict(module_args))
+    action._remove_tmp_path = lambda path: None
+    assert not action.run(task_vars={"inventory_hostname": "gpu1", "ansible_facts": DEBIAN}).get("failed")
+    assert all(env == {"LANG": "C"} for _name, env in seen), seen
+
+
+def test_a_refused_proxy_env_stops_the_step_before_any_module_without_its_password():
+    node = FakeNode(check_mode=False)
+    result = run_action(node, {"source": "toolkit"}, role_vars={"gpu_node_proxy_env": {"https_proxy": {"u": SECRET_URL}}})
+    assert result["failed"] and result["msg"].startswith("gpu_node_proxy_env.https_proxy is a dictionary, not a text")
+    assert not node.calls and "S3cr3t" not in repr(result)
+
+
+@pytest.mark.parametrize("failing, variable", [
+    ({"get_url": "Request failed: <urlopen error timed out> for %s/key" % SECRET_URL}, "gpu_node_toolkit_gpg_key_url"),
+    ({"apt": "Failed to fetch %s/deb/Release 407 Proxy Authentication Required" % SECRET_URL},
+     "gpu_node_toolkit_apt_repo_url"),
+])
+def test_a_failure_shows_urls_without_their_password(failing, variable):
+    node = FakeNode(check_mode=False, failing=failing)
+    result = run_action(node, {"source": "toolkit"}, role_vars={variable: SECRET_URL + "/nvidia"})
+    assert result["failed"] and "http://alice:********@proxy:3128" in result["msg"], result["msg"]
+    assert "S3cr3t" not in repr(result)
+
+
+def test_check_mode_says_the_repository_without_its_password():
+    node = FakeNode(check_mode=True)
+    with mock.patch.object(action_plugin.display, "display") as said:
+        run_action(node, {"source": "toolkit"}, check_mode=True,
+                   role_vars={"gpu_node_toolkit_apt_repo_url": SECRET_URL + "/deb"})
+    assert "would add the repository http://alice:********@proxy:3128/deb /" in said.call_args[0][0]
+    assert "S3cr3t" not in repr(said.call_args_list)

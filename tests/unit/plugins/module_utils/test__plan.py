@@ -42,7 +42,7 @@ def test_bad_runtime_name(sandbox, name):
 
 
 @pytest.mark.parametrize("binary,message", [
-    ("usr/bin/nvidia-container-runtime.legacy", "must be an absolute path"),
+    ("usr/bin/nvidia-container-runtime.legacy", r"runtimes\[0\].binary: 'usr/bin/nvidia-container-runtime.legacy' is not an absolute path"),
     ("/usr/bin/missing", "does not exist on the node"),
     ("/usr/bin", "is a directory"),
 ])
@@ -398,3 +398,34 @@ def test_k3s_dropin_stays_3_on_containerd_23_releases(sandbox):
         plan, file_changes = run(sandbox, release)
         assert (plan["target"]["mode"], plan["target"]["schema"]) == ("dropin", 3)
         assert tomllib.loads(file_changes[0]["after"])["version"] == 3
+
+
+# ---- issue 41: a runtimes entry is refused by its index and key, for the module's user and the role's ----------------
+
+ROLE_NAMES = {"runtimes": "gpu_node_runtimes"}
+
+
+@pytest.mark.parametrize("entries, module_text", [
+    ([{"name": "nvidia-x", "binary": LEGACY, "runtime_type": "not a type"}],
+     "runtimes[0].runtime_type: 'not a type' is not a containerd runtime type"),
+    ([{"name": "nvidia-x", "binary": LEGACY}, {"name": "Bad", "binary": LEGACY}],
+     "runtimes[1].name: 'Bad' is not a valid runtime name"),
+    ([{"name": "nvidia-x", "binary": LEGACY, "runtime_type": "io.containerd.runc.v2\n"}],
+     "runtimes[0].runtime_type: 'io.containerd.runc.v2\\n' is not a containerd runtime type"),
+])
+def test_a_runtime_entry_is_refused_by_index_and_key(sandbox, entries, module_text):
+    sandbox.k3s("k3s", "package")
+    before = sandbox.snapshot()
+    with pytest.raises(K3sGpuError) as raised:
+        run(sandbox, runtimes=entries)
+    assert raised.value.text().startswith(module_text), raised.value.text()
+    assert raised.value.text(ROLE_NAMES).startswith("gpu_node_" + module_text)
+    assert sandbox.snapshot() == before
+
+
+@pytest.mark.parametrize("runtime_type", ["io.containerd.kata-qemu.v2", "io.containerd.runc.v2", "/opt/shim/containerd-shim-x-v2"])
+def test_a_containerd_runtime_type_is_taken(sandbox, runtime_type):
+    sandbox.k3s("k3s", "package")
+    planned = planner.normalize_runtimes({"runtimes": [], "binaries": {LEGACY: {"state": "file", "executable": True}}},
+                                         [{"name": "x", "binary": LEGACY, "runtime_type": runtime_type}])
+    assert planned[0]["runtime_type"] == runtime_type

@@ -124,3 +124,14 @@ def test_newer_release_choices(sandbox, capsys):
     sandbox.k3s("k3s", "package")
     result = run_module(runtime_info, capsys, {"root": sandbox.root, "release": "v1.38.0+k3s1", "newer_release": "guess"})
     assert result["failed"] is True and "value of newer_release must be one of: refuse, assume_newest_known" in result["msg"]
+
+
+@pytest.mark.parametrize("below", ["not-there", "a-file"])
+def test_a_root_that_is_no_directory_is_refused_by_name(sandbox, capsys, below):
+    # issue 41: a missing sandbox root read as a node without a GPU (rc 0), and with force the role created it
+    sandbox.write("/a-file", "x\n")
+    root = os.path.join(sandbox.root, below)
+    result = run_module(runtime_info, capsys, {"root": root, "distribution": "k3s", "release": "v1.31.6+k3s1"})
+    assert result["failed"] is True and result["error"]["variables"] == ["root"], result
+    assert result["msg"].startswith("root: %r is not a directory on the node" % root), result["msg"]
+    assert not os.path.isdir(root)

@@ -114,3 +114,11 @@ def test_a_result_registered_by_the_restart_handler_keeps_what_the_host_step_cha
     done = summary_rows.row("gpu", dict(base, changed=True, host_changed=True, restarted=True, verified=True))
     assert done["changed"] and not done["restart_needed"]
     assert not summary_rows.row("gpu", dict(base, changed=False, host_changed=False))["changed"]
+
+
+def test_a_failed_hosts_reason_shows_no_url_password():
+    # a module's own message (apt, get_url) may carry the URL it fetched
+    failed = {"failed": True, "changed": False, "msg": "gpu2: apt failed: 407 from http://alice:S3cr3t@proxy:3128/deb"}
+    report = summary.summarize([("gpu2", failed)])
+    assert report["lines"][0] == "gpu2: failed (gpu2: apt failed: 407 from http://alice:********@proxy:3128/deb)"
+    assert "S3cr3t" not in repr(report)
