@@ -284,8 +284,8 @@ def _os_error(exc, what):
     where = exc.filename or what
     reason = exc.strerror or to_native(exc)
     fix = _OS_FIXES.get(exc.errno, "fix that, then run again")
-    return "%s: %s (errno %s: %s); %s" % (where, what if where != what else "cannot be written", exc.errno,
-                                         reason, fix)
+    said = what if where != what else "cannot be written"
+    return "%s: %s (errno %s: %s); %s" % (where, said, exc.errno, reason, fix)
 
 
 # --- where a path lies: inside the node's root, as the reading resolves it -----------------------------------
@@ -534,8 +534,9 @@ def _atomic_move(module, scratch, path, unsafe_writes):
         raise
     except Exception as exc:  # pylint: disable=broad-except
         # ansible-core 2.19 raises a bare Exception from a failed final rename, its OS error as the cause
-        if isinstance(exc.__cause__, OSError):
-            raise exc.__cause__
+        cause = exc.__cause__
+        if isinstance(cause, OSError):
+            raise OSError(cause.errno, cause.strerror, cause.filename or path) from exc
         raise NodeFileError("%s was not written: %s" % (path, to_native(exc)))
     finally:
         module.fail_json = fail_json
@@ -660,8 +661,8 @@ def apply(module, entries, result):
         what = "%s was not written" % entry["path"]
         text = _os_error(exc, what) if isinstance(exc, (IOError, OSError)) else str(exc)
         others = len(outcomes)
-        raise NodeFileError("%s; %s" % (text, "nothing was changed: the %d file(s) before it were put back" % others
-                                          if others else "nothing was changed"))
+        ending = "nothing was changed: the %d file(s) before it were put back" % others if others else "nothing was changed"
+        raise NodeFileError("%s; %s" % (text, ending))
     for entry, (outcome, new, data) in zip(entries, outcomes):
         _tidy(module, entry, outcome, result)
         result["files"].append(outcome)

@@ -169,8 +169,7 @@ def _not_taking_over(plan, file_changes):
             "%s exists but was not written by k3s_gpu.nvidia (its first line is not %r), and the collection writes that "
             "file whole: your settings in it would be lost" % (change["node_path"], _header_of(change["node_path"])),
             fix="move your settings into a file of your own in that directory (such as 40-site%s) and remove %s, then "
-                "run again; nothing was written" % (change["node_path"][change["node_path"].rfind("."):],
-                                                   change["node_path"]))
+                "run again; nothing was written" % (change["node_path"][change["node_path"].rfind("."):], change["node_path"]))
     return kept
 
 
@@ -267,8 +266,6 @@ def recorded_sums(record):
         if fields and len(fields[0]) == 64:
             sums.add(fields[0].lower())
     return sums
-
-
 
 
 def _text_of(facts, key):

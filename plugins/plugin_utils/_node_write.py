@@ -156,8 +156,8 @@ def write_entry(change, params):
 
 
 # the files the take-back looks after, and whose directory goes with them once it is empty
-_TAKEN_BACK = ("template_v3", "template_v2", "config") + release_rules.OWN_DROPINS + ("default_runtime_file",
-                                                                                     "labels_file_legacy")
+_TAKEN_BACK = ("template_v3", "template_v2", "config") + release_rules.OWN_DROPINS + (
+    "default_runtime_file", "labels_file_legacy")
 _PRUNED = release_rules.OWN_DROPINS + ("default_runtime_file", "labels_file_legacy")
 
 

@@ -189,10 +189,10 @@ def test_two_writers_never_both_create_one_file(tmp_path):
         root.mkdir()
         path = str(root) + "/etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml"
         barrier, results = context.Barrier(2), context.Queue()
-        writers = [context.Process(target=_race, args=(str(root), path, barrier, results)) for _ in range(2)]
+        writers = [context.Process(target=_race, args=(str(root), path, barrier, results)) for _writer in range(2)]
         for writer in writers:
             writer.start()
-        outcomes = [results.get(timeout=60) for _ in writers]
+        outcomes = [results.get(timeout=60) for _writer in writers]
         for writer in writers:
             writer.join()
         created = [o for o in outcomes if not o.get("failed") and o["files"][0]["action"] == "created"]
