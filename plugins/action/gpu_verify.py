@@ -4,18 +4,20 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """The verify playbook's decisions, on the controller: `phase: choose` picks the RuntimeClasses and GPU nodes from the
-API's objects and says what is broken before a pod runs; `phase: wait` polls the smoke pods and their events
-(kubernetes.core.k8s_info) until each one has ended or is stuck in a way kubelet only retries; `phase: report` turns
-the pods, their events and logs into one line per node and RuntimeClass, naming the broken layer, and fails when
-anything did not pass. The rules are in plugin_utils/_verify.py."""
+API's objects (with a kubeconfig it checks it, then reads them itself) and says what is broken before a pod runs;
+`phase: wait` polls the smoke pods and their events (kubernetes.core.k8s_info) until each one has ended or is stuck in
+a way kubelet only retries; `phase: report` turns the pods, their events and logs into one line per node and
+RuntimeClass, naming the broken layer, and fails when anything did not pass. A kubeconfig that does not work, or
+kubernetes.core missing, fails the task with one line. The rules are in plugin_utils/_verify.py."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import time
 
-from ansible.errors import AnsibleActionFail
-
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
 
@@ -24,6 +26,24 @@ POLL_SECONDS = 2
 # workers' back-off (10 s, capped at its syncFrequency, 1 min by default) plus up to 50% jitter, so a failure that
 # the retry mends clears within it
 STUCK_SECONDS = 20
+# what `choose` reads with a kubeconfig: objects of no namespace
+CLUSTER_KINDS = {"RuntimeClass": {"kind": "RuntimeClass", "api_version": "node.k8s.io/v1"}, "Node": {"kind": "Node"}}
+
+
+def kubernetes_core_installed():
+    """Whether Ansible's collection loader finds kubernetes.core; asked quietly (the plugin loader would warn with the
+    ImportError's text)."""
+    try:
+        return importlib.util.find_spec("ansible_collections.kubernetes.core") is not None
+    except ImportError:
+        return False
+
+
+def _failure_message(found):
+    """A failed module's message: its msg, or the message of the exception it failed with (ansible-core 2.19 keeps
+    that in `exception`, without a msg)."""
+    event = getattr(found.get("exception"), "event", None)
+    return found.get("msg") or getattr(event, "msg", None) or str(found.get("exception") or "")
 
 
 class ActionModule(SpecAction):
@@ -32,9 +52,23 @@ class ActionModule(SpecAction):
 
     def run_validated(self, result, args, task_vars):
         result["changed"] = False
+        try:
+            return self._run_phase(result, args, task_vars)
+        except K3sGpuError as exc:
+            result.update(failed=True, msg=verify.error_line(exc))
+            return result
+
+    def _run_phase(self, result, args, task_vars):
         phase = args["phase"]
+        if phase == "connect":
+            self._check_kubeconfig(args.get("kubeconfig") or "")  # the check alone (the doctor's, before any read)
+            return result
         if phase == "choose":
-            chosen = verify.choose(args["classes"], args["nodes"], args["wanted"])
+            classes, nodes = args["classes"], args["nodes"]
+            if args.get("kubeconfig"):
+                self._check_kubeconfig(args["kubeconfig"])
+                classes, nodes = self._read("RuntimeClass", args, task_vars), self._read("Node", args, task_vars)
+            chosen = verify.choose(classes, nodes, args["wanted"])
             result.update(chosen)
             result["pods"] = verify.smoke_pods(chosen, args["namespace"], args["image"])
             result["lines"] = [verify.broken_line(entry) for entry in chosen["problems"]] + chosen["notes"]
@@ -54,19 +88,27 @@ class ActionModule(SpecAction):
             result.update(failed=True, msg=reported["lines"] + ["GPU smoke test failed: %s" % ", ".join(reported["failed"])])
         return result
 
+    def _check_kubeconfig(self, kubeconfig):
+        """Before the first read: the kubeconfig reaches its API server, and kubernetes.core is there to read it."""
+        verify.check_kubeconfig(kubeconfig, os.environ.get("K8S_AUTH_CONTEXT"), proxied=bool(os.environ.get("K8S_AUTH_PROXY")))
+        if not kubernetes_core_installed():
+            raise verify.kubernetes_core_missing()
+
     def _read(self, kind, args, task_vars):
-        module_args = {"kind": kind, "namespace": args["namespace"]}
+        module_args = dict(CLUSTER_KINDS.get(kind) or {"kind": kind, "namespace": args["namespace"]})
         if kind == "Pod":
             module_args["label_selectors"] = [verify.LABEL_SELECTOR]
         if args.get("kubeconfig"):
             module_args["kubeconfig"] = args["kubeconfig"]
-        found = self._execute_module(module_name="kubernetes.core.k8s_info", module_args=module_args, task_vars=task_vars)
+        found = self._execute_module(module_name=verify.KUBERNETES_CORE_MODULE, module_args=module_args, task_vars=task_vars)
         if found.get("failed"):
-            raise AnsibleActionFail("reading the %ss of the smoke test failed: %s" % (kind, found.get("msg")))
+            raise verify.read_error(kind, _failure_message(found), args.get("kubeconfig"))
         return found.get("resources") or []
 
     def _wait(self, args, task_vars):
         """{pods, events, waited_seconds}: polls until every pod has ended or been broken for STUCK_SECONDS, or the timeout."""
+        if args.get("kubeconfig"):
+            self._check_kubeconfig(args["kubeconfig"])
         started = time.monotonic()
         deadline = started + args["timeout"]
         broken_since = {}

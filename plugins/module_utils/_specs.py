@@ -118,7 +118,7 @@ FLEET_SUMMARY_SPEC = dict(
 
 VERIFY_IMAGE = "docker.io/library/ubuntu:24.04"  # needs only sh and ls: the toolkit mounts nvidia-smi and the libraries
 GPU_VERIFY_SPEC = dict(
-    phase=dict(type="str", default="choose", choices=["choose", "wait", "report"]),
+    phase=dict(type="str", default="choose", choices=["connect", "choose", "wait", "report"]),
     classes=dict(type="list", elements="dict", default=[]),
     nodes=dict(type="list", elements="dict", default=[]),
     wanted=dict(type="list", elements="str", default=[]),

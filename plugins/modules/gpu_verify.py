@@ -16,7 +16,13 @@ description:
   - B(Internal to the playbook k3s_gpu.nvidia.verify; its options and results may change without notice.) Use the playbook.
   - V(choose) picks the NVIDIA RuntimeClasses and the nodes that advertise C(nvidia.com/gpu) from the API's objects, says
     what is broken before a pod runs (a RuntimeClass that does not exist, a GPU-labelled node without C(nvidia.com/gpu)),
-    and fails, saying what to run, when there is nothing to test.
+    and fails, saying what to run, when there is nothing to test. With O(kubeconfig) it reads the RuntimeClasses and
+    Nodes itself with C(kubernetes.core.k8s_info) (O(classes) and O(nodes) are not used).
+  - With O(kubeconfig) (V(choose), V(wait)), before the first read, the kubeconfig is checked on the controller (the file
+    is a kubeconfig whose current context names a cluster; its API server is reachable and presents a certificate the
+    kubeconfig trusts, valid now and for its address) and C(kubernetes.core) is looked for. Any of them, or a read that
+    fails, fails the task with one line that names the kubeconfig, what is wrong and the fix, quoting nothing of the
+    file.
   - V(wait) polls the smoke pods and their events with C(kubernetes.core.k8s_info) until each pod has ended, or is stuck
     where kubelet only retries (its sandbox, its container, its image, the scheduler), or O(timeout) has passed.
   - V(report) makes one line per node and RuntimeClass, C(OK) with the node's allocatable C(nvidia.com/gpu) and the
@@ -24,10 +30,13 @@ description:
 extends_documentation_fragment: k3s_gpu.nvidia.action_attributes
 options:
   phase:
-    description: V(choose), V(wait) or V(report).
+    description:
+      - V(connect) only checks O(kubeconfig) (a kubeconfig whose API server answers with a certificate it trusts) and
+        that kubernetes.core is installed, and fails with one line saying what is wrong and the fix (the doctor's check
+        before it reads the cluster); V(choose), V(wait) or V(report) as above.
     type: str
     default: choose
-    choices: [choose, wait, report]
+    choices: [connect, choose, wait, report]
   classes:
     description: V(choose) - the RuntimeClass objects of the cluster.
     type: list
@@ -51,7 +60,11 @@ options:
     type: str
     default: k3s-gpu-verify
   kubeconfig:
-    description: V(wait) - the kubeconfig C(kubernetes.core.k8s_info) reads the pods and events with.
+    description:
+      - The kubeconfig C(kubernetes.core.k8s_info) reads the cluster with - V(choose) the RuntimeClasses and Nodes,
+        V(wait) the pods and events; checked before the first read.
+      - C(K8S_AUTH_CONTEXT) in the environment chooses its context; with C(K8S_AUTH_PROXY), or a C(proxy-url) in the
+        cluster, its server is not connected to by the check.
     type: str
   timeout:
     description: V(wait) - seconds to wait for the pods at most.
@@ -98,10 +111,9 @@ options:
 
 EXAMPLES = r"""
 # Internal: the k3s_gpu.nvidia.verify playbook calls it.
-- name: Choose the RuntimeClasses and the GPU nodes
+- name: Check the kubeconfig, read the RuntimeClasses and nodes through it, choose the classes and GPU nodes
   k3s_gpu.nvidia.gpu_verify:
-    classes: "{{ classes.resources }}"
-    nodes: "{{ nodes.resources }}"
+    kubeconfig: /home/admin/.kube/k3s.yaml
   register: chosen
 """
 

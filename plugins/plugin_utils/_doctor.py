@@ -112,6 +112,26 @@ def _upstream(version):
     return match.group(1) if match else None
 
 
+# the runtime whose binary (nvidia-container-runtime) the toolkit's own package ships; the others (.cdi, .legacy)
+# come from nvidia-container-toolkit-operator-extensions, which the node's reading does not name
+TOOLKIT_RUNTIME = "nvidia"
+
+
+def _runtime_binary_gone(facts, node):
+    """The toolkit's package is installed (dpkg, or its nvidia-ctk answers) but its runtime binary is gone: the first
+    broken link, before containerd's config that still names the binary."""
+    toolkit = facts.toolkit
+    source = "dpkg lists it" if toolkit.get("version_source") == "dpkg" else "%s says so" % toolkit.get("nvidia_ctk")
+    binary = (node_reading.loaded_runtimes(facts).get(TOOLKIT_RUNTIME) or (None, None))[0]
+    still = "; containerd's nvidia runtime still names %s" % binary if binary else ""
+    cause = ("NVIDIA's container toolkit %s is installed (%s), but its nvidia-container-runtime is not on the node "
+             "(not in k3s/rke2's PATH%s): pods of the nvidia RuntimeClass fail to start" % (toolkit["version"], source, still))
+    fix = ("reinstall the toolkit's packages (apt-get install --reinstall nvidia-container-toolkit-base "
+           "nvidia-container-toolkit, or dnf reinstall the same), then restart %s so that containerd loads the "
+           "runtime again" % (node.get("unit") or "k3s/rke2"))
+    return Broken(cause, fix)
+
+
 def check_toolkit(facts, node):
     operator = facts.gpu_operator
     if node["mode"] == "operator":
@@ -128,11 +148,13 @@ def check_toolkit(facts, node):
                      "gpu_node_remove_operator_leftovers: true with k3s_gpu.nvidia.site removes it (or gpu_node_mode: "
                      "operator where the operator is meant to stay)")
     host_runtimes = [r for r in facts.runtimes if r.get("owner") == distro.OWNER_HOST]
+    installed = facts.toolkit.get("version")
+    if installed and not any(r["name"] == TOOLKIT_RUNTIME for r in host_runtimes):
+        raise _runtime_binary_gone(facts, node)
     if not host_runtimes:
         raise Broken("NVIDIA's container toolkit is not installed: no nvidia-container-runtime on the node",
                      "k3s_gpu.nvidia.site installs it (gpu_node_toolkit_install: true, the default; "
                      "gpu_node_toolkit_version pins it)")
-    installed = facts.toolkit.get("version")
     pinned = node.get("toolkit_version")
     if installed and pinned and node.get("toolkit_install") and _upstream(installed) != _upstream(pinned):
         raise Broken("NVIDIA's toolkit %s is installed, gpu_node_toolkit_version pins %s" % (installed, pinned),

@@ -6,18 +6,26 @@
 """The verify playbook's decisions (pure, controller side): which RuntimeClasses and nodes the GPU pods test, what
 is broken before a pod runs (a RuntimeClass missing, a GPU node whose kubelet has no device plugin), the layer a
 pod's status and events name when it does not run, the report per node, and, without a cluster, what the manifests
-on a server say.
+on a server say. Not pure: the kubeconfig's check before verify and the doctor read a cluster, which reads the file
+and connects to its API server (a TLS handshake, nothing sent), and names a failed read of the cluster.
 
 PRIVATE to the collection."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
+import os
 import re
+import socket
+import ssl
+
+from urllib.parse import urlsplit
 
 import yaml
 
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import clause
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, clause
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
 
@@ -356,3 +364,238 @@ def inspect_manifests(texts):
                 entry["runtimeClassName"] = values.get("runtimeClassName")
         found[name] = entry
     return found
+
+
+# ------------------------------------------------------------------ the kubeconfig
+# Checked on the controller before the first kubernetes.core task, so that one that does not work is one line naming
+# it, what is wrong and the fix, instead of the Python client's exception text (issue 41). Nothing of the file's
+# content is quoted: its names only (context, cluster, server), never a token, a key or a line of it.
+CONNECT_SECONDS = 5
+MAX_KUBECONFIG_BYTES = 1024 * 1024
+KUBERNETES_CORE_MODULE = "kubernetes.core.k8s_info"  # what reads the cluster
+FIX_KUBECONFIG = ("set k3s_gpu_kubeconfig (or K8S_AUTH_KUBECONFIG) to the cluster's kubeconfig: /etc/rancher/k3s/k3s.yaml "
+                  "(rke2: /etc/rancher/rke2/rke2.yaml) copied from a server, its server: address set to the server's")
+FIX_SERVER = ("start k3s/rke2 on the server (systemctl start k3s), or set server: in the kubeconfig to the server's address "
+              "(a k3s.yaml copied from a server names https://127.0.0.1:6443)")
+FIX_TRUST = ("copy the kubeconfig again from a server of this cluster: its certificate-authority-data must be the CA that "
+             "signed the API server's certificate")
+FIX_EXPIRED = ("k3s and rke2 renew certificates that expire within 90 days when they start: restart k3s/rke2 on the servers "
+               "(or k3s certificate rotate), then copy the kubeconfig again")
+FIX_CLOCK = "set the clocks of the controller and the servers right (timedatectl; NTP)"
+FIX_HOSTNAME = ("set server: to a name or address the certificate names (k3s/rke2 add one with --tls-san), or set "
+                "tls-server-name: in the kubeconfig's cluster")
+FIX_CREDENTIALS = ("copy the kubeconfig again from a server of this cluster: its client certificate or token is not this "
+                   "cluster's, or has expired")
+FIX_RIGHTS = "use a kubeconfig whose user may read the cluster (k3s.yaml's default user is cluster-admin)"
+FIX_KUBERNETES_CORE = ("ansible-galaxy collection install kubernetes.core, and pip install kubernetes into the Python that "
+                       "runs localhost's modules (ansible_python_interpreter)")
+FIX_PYTHON_CLIENT = "pip install kubernetes into that Python (localhost's ansible_python_interpreter)"
+# verify codes of OpenSSL (X509_V_ERR_*) that have their own cause and fix
+CERT_NOT_YET_VALID, CERT_HAS_EXPIRED = 9, 10
+NAME_MISMATCH = (62, 64)  # HOSTNAME_MISMATCH, IP_ADDRESS_MISMATCH
+
+
+def error_line(error):
+    """A K3sGpuError as one line: its cause, then its fix."""
+    return "%s. Fix: %s" % (error.cause, error.fix) if error.fix else error.cause
+
+
+def _kubeconfig_error(path, what, fix=FIX_KUBECONFIG):
+    return K3sGpuError("kubeconfig %s: %s" % (path, what), fix)
+
+
+def _kubeconfig_text(path):
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_KUBECONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise _kubeconfig_error(path, "no such file")
+    except IsADirectoryError:
+        raise _kubeconfig_error(path, "a directory, not a file")
+    except PermissionError:
+        raise _kubeconfig_error(path, "this user may not read it (permission denied)",
+                                "make it readable by the user that runs ansible-playbook (chown, chmod 600)")
+    except OSError as exc:
+        raise _kubeconfig_error(path, "cannot be read (%s)" % exc.strerror)
+    if len(data) > MAX_KUBECONFIG_BYTES:
+        raise _kubeconfig_error(path, "not a kubeconfig: larger than 1 MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _kubeconfig_error(path, "not a kubeconfig: not UTF-8 text (byte %d is not)" % exc.start)
+
+
+def _kubeconfig_document(path, text):
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)  # the line only: the parser's message quotes the file
+        raise _kubeconfig_error(path, "not a kubeconfig: not YAML%s" % (" (line %d)" % (mark.line + 1) if mark else ""))
+    if not isinstance(document, dict) or not any(key in document for key in ("clusters", "contexts", "current-context")):
+        raise _kubeconfig_error(path, "not a kubeconfig: no clusters, contexts or current-context in it")
+    return document
+
+
+def _named(document, key, name):
+    """The entry `name` of a kubeconfig list (clusters, contexts), e.g. clusters[].cluster; None when there is none."""
+    for entry in document.get(key) or []:
+        if isinstance(entry, dict) and entry.get("name") == name:
+            return entry.get(key[:-1]) if isinstance(entry.get(key[:-1]), dict) else {}
+    return None
+
+
+def kubeconfig_cluster(path, context=None):
+    """The cluster the kubeconfig's current-context (or `context`, K8S_AUTH_CONTEXT) names, with a server address
+    that parses. Raises K3sGpuError."""
+    document = _kubeconfig_document(path, _kubeconfig_text(path))
+    name = context or document.get("current-context")
+    if not name:
+        raise _kubeconfig_error(path, "it sets no current-context, so it names no cluster",
+                                "kubectl config use-context <context> --kubeconfig %s (kubectl config get-contexts "
+                                "lists them)" % path)
+    found = _named(document, "contexts", name)
+    if found is None:
+        raise _kubeconfig_error(path, "its context %s is not in the file" % name,
+                                "kubectl config use-context <context> --kubeconfig %s, with a context the file has" % path)
+    cluster = _named(document, "clusters", found.get("cluster"))
+    if cluster is None:
+        raise _kubeconfig_error(path, "its context %s names the cluster %s, which the file does not have"
+                                % (name, found.get("cluster")))
+    try:
+        parts = urlsplit(str(cluster.get("server") or ""))
+        port = parts.port
+    except ValueError:
+        parts, port = None, None
+    if parts is None or parts.scheme not in ("https", "http") or not parts.hostname:
+        raise _kubeconfig_error(path, "the cluster %s has no https:// server address" % found.get("cluster"))
+    return dict(cluster, host=parts.hostname, port=port or (443 if parts.scheme == "https" else 80), scheme=parts.scheme)
+
+
+def _address(cluster):
+    """The server without what a URL may carry besides its address (a user and password, a path)."""
+    host = "[%s]" % cluster["host"] if ":" in cluster["host"] else cluster["host"]
+    return "%s://%s:%d" % (cluster["scheme"], host, cluster["port"])
+
+
+def _tls_context(path, cluster):
+    """What the Python client trusts: nothing checked with insecure-skip-tls-verify, else the kubeconfig's CA (a
+    certificate-authority file is relative to the kubeconfig, as for kubectl), else the system's CAs."""
+    if cluster.get("insecure-skip-tls-verify") is True:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    data, authority = cluster.get("certificate-authority-data"), cluster.get("certificate-authority")
+    try:
+        if data:
+            return ssl.create_default_context(cadata=base64.b64decode(str(data), validate=True).decode("ascii"))
+        if authority:
+            return ssl.create_default_context(cafile=os.path.join(os.path.dirname(path), str(authority)))
+    except (binascii.Error, UnicodeDecodeError, ssl.SSLError, ValueError):
+        raise _kubeconfig_error(path, "its certificate-authority%s is not a PEM certificate" % ("-data" if data else ""),
+                                FIX_TRUST)
+    except OSError as exc:
+        raise _kubeconfig_error(path, "its certificate-authority %s cannot be read (%s)" % (authority, exc.strerror),
+                                FIX_TRUST)
+    return ssl.create_default_context()
+
+
+def _certificate_error(path, server, exc):
+    """A certificate the kubeconfig does not accept, by OpenSSL's verify code (its short verify message once)."""
+    code = getattr(exc, "verify_code", None)
+    if code == CERT_HAS_EXPIRED:
+        return _kubeconfig_error(path, "the API server %s presents a certificate that has expired" % server, FIX_EXPIRED)
+    if code == CERT_NOT_YET_VALID:
+        return _kubeconfig_error(path, "the API server %s presents a certificate that is not valid yet: a clock is wrong"
+                                 % server, FIX_CLOCK)
+    if code in NAME_MISMATCH:
+        return _kubeconfig_error(path, "the API server's certificate is not valid for %s" % server, FIX_HOSTNAME)
+    return _kubeconfig_error(path, "the API server %s presents a certificate that the kubeconfig does not trust (%s)" % (
+        server, getattr(exc, "verify_message", None) or "not verified"), FIX_TRUST)
+
+
+def _connect(path, cluster, timeout):
+    server = _address(cluster)
+    try:
+        return socket.create_connection((cluster["host"], cluster["port"]), timeout=timeout)
+    except socket.gaierror:
+        raise _kubeconfig_error(path, "the host name of its API server %s does not resolve" % server, FIX_SERVER)
+    except ConnectionRefusedError:
+        raise _kubeconfig_error(path, "the API server %s is unreachable: it refuses connections (nothing listens there)"
+                                % server, FIX_SERVER)
+    except socket.timeout:
+        raise _kubeconfig_error(path, "the API server %s is unreachable: no answer within %d s" % (server, timeout),
+                                FIX_SERVER)
+    except OSError as exc:
+        raise _kubeconfig_error(path, "the API server %s is unreachable (%s)" % (server, exc.strerror or "no route"),
+                                FIX_SERVER)
+
+
+def probe_server(path, cluster, timeout=CONNECT_SECONDS):
+    """Connects to the kubeconfig's API server and, over https, makes the TLS handshake the Python client would make;
+    sends nothing. Raises K3sGpuError: unreachable, a certificate not trusted, expired, or for another name."""
+    server = _address(cluster)
+    context = _tls_context(path, cluster) if cluster["scheme"] == "https" else None
+    with _connect(path, cluster, timeout) as sock:
+        if context is None:
+            return
+        try:
+            with context.wrap_socket(sock, server_hostname=cluster.get("tls-server-name") or cluster["host"]):
+                return
+        except ssl.SSLCertVerificationError as exc:
+            raise _certificate_error(path, server, exc)
+        except (ssl.SSLError, OSError) as exc:
+            raise _kubeconfig_error(path, "the TLS handshake with the API server %s failed (%s): is it an API server, "
+                                    "and over https?" % (server, getattr(exc, "reason", None) or exc.strerror or
+                                                         "connection closed"), FIX_SERVER)
+
+
+def check_kubeconfig(path, context=None, proxied=False, timeout=CONNECT_SECONDS):
+    """The kubeconfig reaches its API server: the file is a kubeconfig whose current context names a cluster, and,
+    unless a proxy stands between (proxied, or the cluster's proxy-url), its server answers with a certificate it
+    trusts. Returns the server's address; raises K3sGpuError."""
+    cluster = kubeconfig_cluster(path, context)
+    if not (proxied or cluster.get("proxy-url")):
+        probe_server(path, cluster, timeout)
+    return _address(cluster)
+
+
+def kubernetes_core_missing():
+    return K3sGpuError("the kubernetes.core collection, whose modules read the cluster, is not installed on the "
+                       "controller", FIX_KUBERNETES_CORE)
+
+
+# A kubernetes.core read that failed after the kubeconfig's check, by what its message says (first match); the message
+# itself is not repeated: it is the Python client's exception text
+READ_FAILURES = (
+    (re.compile(r"required Python library \(kubernetes\)"),
+     "the Python kubernetes client that kubernetes.core needs is not installed in %(python)s", FIX_PYTHON_CLIENT),
+    (re.compile(r"\b401\b|Unauthorized"),
+     "the API server refuses the kubeconfig's credentials (401 Unauthorized)", FIX_CREDENTIALS),
+    (re.compile(r"\b403\b|Forbidden"), "the kubeconfig's user may not list %(kinds)s (403 Forbidden)", FIX_RIGHTS),
+    (re.compile(r"CERTIFICATE_VERIFY_FAILED|SSLError"), "the API server's certificate is not trusted", FIX_TRUST),
+    (re.compile(r"Connection refused|NewConnectionError|Max retries exceeded|timed out"),
+     "the API server is unreachable", FIX_SERVER),
+    (re.compile(r"kube-?config|codec can't decode|current-context"), "not a kubeconfig kubernetes.core can read",
+     FIX_KUBECONFIG),
+)
+
+
+def _plural(kind):
+    return kind + ("es" if kind.endswith("s") else "s")
+
+
+def read_error(kind, message, kubeconfig=None):
+    """The K3sGpuError of a failed kubernetes.core.k8s_info read of `kind`: one cause and fix from READ_FAILURES, else
+    the first line of its message, cut."""
+    message = str(message or "")
+    where = "kubeconfig %s: " % kubeconfig if kubeconfig else ""
+    python = re.search(r"Python (/\S+?)\.?(?:\s|$)", message)
+    names = {"kinds": _plural(kind), "python": python.group(1) if python else "the Python that runs localhost's modules"}
+    for pattern, cause, fix in READ_FAILURES:
+        if pattern.search(message):
+            return K3sGpuError("%sreading the %s failed: %s" % (where, _plural(kind), cause % names), fix)
+    first = (message.strip().splitlines() or ["no message"])[0]
+    return K3sGpuError("%sreading the %s through kubernetes.core failed: %s" % (
+        where, _plural(kind), first if len(first) <= 200 else first[:200] + "..."),
+        "kubectl --kubeconfig <the kubeconfig> get %s says more" % _plural(kind).lower())

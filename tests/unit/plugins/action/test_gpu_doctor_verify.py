@@ -21,9 +21,11 @@ from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_doctor
 from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_verify
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _doctor as doctor
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins import kubeconfig_lab as lab
 from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.action.action_harness import make_action
 
 CLASSES = [{"metadata": {"name": name}, "handler": name} for name in ("nvidia", "nvidia-cdi")]
+FOUND_KUBERNETES_CORE = gpu_verify.kubernetes_core_installed  # the tests below stand in for it
 NODE = {"metadata": {"name": "gpu1", "labels": {"nvidia.com/gpu.present": "true"}},
         "status": {"capacity": {"nvidia.com/gpu": "2"}, "allocatable": {"nvidia.com/gpu": "2"}}}
 
@@ -157,11 +159,106 @@ def test_a_pod_whose_sandbox_fails_for_stuck_seconds_ends_the_wait_before_its_ti
     assert verify.diagnose(result["pods"][0], result["events"])["broken"]["layer"] == "toolkit"
 
 
-def test_a_failed_read_is_the_tasks_failure():
+def test_a_failed_read_is_the_tasks_failure_in_one_line():
     action = make(gpu_verify, {"phase": "wait", "namespace": "k3s-gpu-verify", "expected": 1})
     action._execute_module = lambda module_name, module_args, task_vars: {"failed": True, "msg": "Unauthorized"}
-    with pytest.raises(AnsibleActionFail, match="reading the Pods of the smoke test failed: Unauthorized"):
-        action.run(task_vars={})
+    result = action.run(task_vars={})
+    assert result["failed"] and result["msg"] == (
+        "reading the Pods failed: the API server refuses the kubeconfig's credentials (401 Unauthorized). Fix: %s"
+        % verify.FIX_CREDENTIALS)
+
+
+# ------------------------------------------------------------------ the kubeconfig (issue 41)
+@pytest.fixture(name="core_installed", autouse=True)
+def fixture_core_installed(monkeypatch):
+    """kubernetes.core is installed, unless a test says otherwise (the unit tests run without it)."""
+    installed = mock.Mock(return_value=True)
+    monkeypatch.setattr(gpu_verify, "kubernetes_core_installed", installed)
+    return installed
+
+
+def with_kubeconfig(args, answers=None):
+    """The action for a task with a kubeconfig; k8s_info answers from `answers` ({kind: result}); returns (action,
+    reads)."""
+    action = make(gpu_verify, args)
+    reads = []
+
+    def execute(module_name, module_args, task_vars):
+        reads.append(dict(module_args, module=module_name))
+        return (answers or {}).get(module_args["kind"], {"resources": []})
+
+    action._execute_module = execute
+    return action, reads
+
+
+def one_line(result, path):
+    assert result["failed"] and result["msg"], result
+    assert "\n" not in result["msg"] and result["msg"].startswith("kubeconfig %s: " % path), result["msg"]
+    assert result["msg"].count(". Fix: ") == 1 and lab.SECRET_TOKEN not in result["msg"]
+    return result["msg"]
+
+
+@pytest.mark.parametrize("phase", ["connect", "choose", "wait"])
+def test_a_kubeconfig_that_does_not_exist_fails_before_any_read(tmp_path, phase):
+    path = str(tmp_path / "k3s.yaml")
+    action, reads = with_kubeconfig({"phase": phase, "kubeconfig": path})
+    assert ": no such file. Fix: set k3s_gpu_kubeconfig" in one_line(action.run(task_vars={}), path) and reads == []
+
+
+@pytest.mark.parametrize("phase", ["connect", "choose"])
+def test_a_kubeconfig_whose_server_is_down_fails_before_any_read(tmp_path, phase):
+    path = lab.kubeconfig(tmp_path, lab.closed_port_url())
+    action, reads = with_kubeconfig({"phase": phase, "kubeconfig": path})
+    assert "refuses connections" in one_line(action.run(task_vars={}), path) and reads == []
+
+
+@pytest.fixture(name="api_server")
+def fixture_api_server(tmp_path):
+    authority = lab.Authority()
+    with lab.TlsServer(authority.server(tmp_path)) as server:
+        yield lab.kubeconfig(tmp_path, server.url, authority.pem)
+
+
+def test_without_kubernetes_core_the_failure_says_what_to_install(api_server, core_installed):
+    core_installed.return_value = False
+    action, reads = with_kubeconfig({"phase": "choose", "kubeconfig": api_server})
+    result = action.run(task_vars={})
+    assert result["failed"] and reads == [] and result["msg"] == (
+        "the kubernetes.core collection, whose modules read the cluster, is not installed on the controller. Fix: "
+        "ansible-galaxy collection install kubernetes.core, and pip install kubernetes into the Python that runs "
+        "localhost's modules (ansible_python_interpreter)")
+
+
+def test_connect_checks_a_working_kubeconfig_and_reads_nothing(api_server, core_installed):
+    # the doctor's check before it reads the cluster: a trusted server passes quietly, kubernetes.core missing does not
+    action, reads = with_kubeconfig({"phase": "connect", "kubeconfig": api_server})
+    result = action.run(task_vars={})
+    assert not result.get("failed") and "msg" not in result and reads == []
+    core_installed.return_value = False
+    action, reads = with_kubeconfig({"phase": "connect", "kubeconfig": api_server})
+    result = action.run(task_vars={})
+    assert result["failed"] and "ansible-galaxy collection install kubernetes.core" in result["msg"] and reads == []
+
+
+def test_choose_with_a_kubeconfig_reads_the_runtimeclasses_and_nodes_itself(api_server):
+    action, reads = with_kubeconfig({"phase": "choose", "kubeconfig": api_server},
+                                    answers={"RuntimeClass": {"resources": CLASSES}, "Node": {"resources": [NODE]}})
+    result = action.run(task_vars={})
+    assert not result.get("failed") and result["pairs"] == [["gpu1", "nvidia"], ["gpu1", "nvidia-cdi"]]
+    assert reads == [{"module": "kubernetes.core.k8s_info", "kind": "RuntimeClass", "api_version": "node.k8s.io/v1",
+                      "kubeconfig": api_server},
+                     {"module": "kubernetes.core.k8s_info", "kind": "Node", "kubeconfig": api_server}]
+
+
+def test_a_read_that_fails_after_the_check_is_one_line_not_the_clients_text(api_server):
+    missing = {"failed": True, "msg": "Failed to import the required Python library (kubernetes) on ctl's Python "
+                                      "/usr/bin/python3. Please read the module documentation and install it"}
+    action, _reads = with_kubeconfig({"phase": "choose", "kubeconfig": api_server}, answers={"RuntimeClass": missing})
+    line = one_line(action.run(task_vars={}), api_server)
+    assert line == ("kubeconfig %s: reading the RuntimeClasses failed: the Python kubernetes client that kubernetes.core "
+                    "needs is not installed in /usr/bin/python3. Fix: pip install kubernetes into that Python (localhost's "
+                    "ansible_python_interpreter)" % api_server)
+    assert "Failed to import" not in line
 
 
 # ------------------------------------------------------------------ verify's failures
@@ -181,3 +278,24 @@ def test_a_smoke_pod_that_did_not_see_its_gpu_fails_the_report_by_node_and_class
     assert result["failed"] and result["failed_pods"] == ["gpu1 / nvidia (pod)"]
     assert result["msg"][0].startswith("gpu1 / nvidia: BROKEN at pod: the container did not start: exit code 127. Fix: ")
     assert result["msg"][-1] == "GPU smoke test failed: gpu1 / nvidia (pod)"
+
+
+def test_a_read_whose_failure_ansible_keeps_as_its_exception_is_read_from_there(api_server):
+    """ansible-core 2.19 hands a module's exception over without a msg: its message is in the captured error."""
+    captured = mock.Mock(event=mock.Mock(msg="HTTPSConnectionPool(host='127.0.0.1', port=6443): Max retries exceeded with "
+                                             "url: /version (Caused by ProtocolError('Connection aborted.'))"))
+    action, _reads = with_kubeconfig({"phase": "choose", "kubeconfig": api_server},
+                                     answers={"RuntimeClass": {"failed": True, "exception": captured}})
+    line = one_line(action.run(task_vars={}), api_server)
+    assert line == "kubeconfig %s: reading the RuntimeClasses failed: the API server is unreachable. Fix: %s" % (
+        api_server, verify.FIX_SERVER)
+
+
+@pytest.mark.parametrize("find_spec,installed", [
+    (mock.Mock(side_effect=ModuleNotFoundError("No module named 'ansible_collections.kubernetes'")), False),
+    (mock.Mock(return_value=None), False), (mock.Mock(return_value=mock.Mock()), True)],
+    ids=["no kubernetes namespace", "no core in it", "installed"])
+def test_kubernetes_core_is_looked_for_quietly_where_ansible_loads_collections(find_spec, installed):
+    with mock.patch.object(gpu_verify.importlib.util, "find_spec", find_spec):
+        assert FOUND_KUBERNETES_CORE() is installed
+    find_spec.assert_called_once_with("ansible_collections.kubernetes.core")

@@ -122,7 +122,13 @@ BROKEN = [
     ("no module loaded", lambda s: _remove(s, "/proc/driver/nvidia/version"), {}, "driver", "not loaded"),
     ("device nodes missing", lambda s: _remove(s, "/dev/nvidiactl"), {}, "driver", "device nodes missing: /dev/nvidiactl"),
     ("/dev/char links missing", lambda s: _remove(s, "/dev/char/195:0"), {}, "driver", "no /dev/char link for /dev/nvidia0"),
-    ("toolkit missing", lambda s: _remove(s, *BINARIES), {}, "toolkit", "not installed"),
+    ("toolkit missing", lambda s: _remove(s, "/var/lib/dpkg/status", *BINARIES), {}, "toolkit", "not installed"),
+    # the package is installed, its runtime binary is gone: containerd's nvidia runtime then names a missing BinaryName,
+    # but the first broken link is the toolkit (issue 41, item 15)
+    ("toolkit package installed, its nvidia-container-runtime gone", lambda s: _remove(s, BINARIES[0]), {}, "toolkit",
+     "toolkit 1.20.0-1 is installed (dpkg lists it), but its nvidia-container-runtime is not on the node"),
+    ("toolkit package installed, every runtime binary gone", lambda s: _remove(s, *BINARIES), {}, "toolkit",
+     "toolkit 1.20.0-1 is installed (dpkg lists it), but its nvidia-container-runtime is not on the node"),
     ("toolkit at another version", lambda s: None, {"toolkit_version": "1.18.1-1"}, "toolkit",
      "1.20.0-1 is installed, gpu_node_toolkit_version pins 1.18.1-1"),
     ("stale toolkit in /usr/local/nvidia/toolkit", lambda s: s.binary("/usr/local/nvidia/toolkit/nvidia-container-runtime"), {},
@@ -176,6 +182,27 @@ def test_one_broken_layer_is_named_and_no_earlier_one(sandbox, breaks, settings,
     assert words in report["broken"]["cause"], report["broken"]
     text = doctor.line(report)
     assert text.startswith("gpu1: BROKEN at %s: " % layer) and ". Fix: " in text and report["broken"]["fix"], text
+
+
+def test_a_toolkit_package_without_its_runtime_binary_is_broken_at_toolkit_with_the_reinstall(sandbox):
+    """Issue 41, item 15: containerd's nvidia runtime still names the binary the package lost; the fix is the package's
+    reinstall (the role's install leaves an installed package alone), then the restart that makes containerd load it."""
+    healthy(sandbox)
+    _remove(sandbox, BINARIES[0])
+    report = diagnose(sandbox)
+    assert layers(report) == (["gpu", "driver"], "toolkit"), report
+    assert "containerd's nvidia runtime still names /usr/bin/nvidia-container-runtime" in report["broken"]["cause"]
+    assert report["broken"]["fix"].startswith("reinstall the toolkit's packages (apt-get install --reinstall "
+                                              "nvidia-container-toolkit-base nvidia-container-toolkit")
+    assert report["broken"]["fix"].endswith("then restart k3s-agent so that containerd loads the runtime again")
+
+
+def test_an_extension_binary_that_is_gone_stays_a_containerd_config_finding(sandbox):
+    """.cdi and .legacy come from nvidia-container-toolkit-operator-extensions, a package the reading does not name:
+    the toolkit's own runtime is there, so the toolkit layer passes (the missing BinaryName case above)."""
+    healthy(sandbox)
+    _remove(sandbox, BINARIES[1])
+    assert layers(diagnose(sandbox))[1] == "containerd-config"
 
 
 def test_the_refresh_unit_is_not_asked_of_a_toolkit_before_1_18_nor_with_gpu_node_cdi_refresh_off(sandbox):
