@@ -279,13 +279,13 @@ def _write_back(path, data, info):
             os.unlink(scratch)
 
 
-def _os_error(exc, what):
-    """One line for an OS error: the file, the error and the fix."""
-    where = exc.filename or what
+def _os_error(exc, path):
+    """One line for an OS error while writing path: the file (and where it failed, when elsewhere), the error, the fix."""
+    where = to_native(exc.filename) if exc.filename else None
+    at = " (at %s)" % where if where and where != path else ""
     reason = exc.strerror or to_native(exc)
     fix = _OS_FIXES.get(exc.errno, "fix that, then run again")
-    said = what if where != what else "cannot be written"
-    return "%s: %s (errno %s: %s); %s" % (where, said, exc.errno, reason, fix)
+    return "%s was not written%s: %s (errno %s); %s" % (path, at, reason, exc.errno, fix)
 
 
 # --- where a path lies: inside the node's root, as the reading resolves it -----------------------------------
@@ -536,7 +536,7 @@ def _atomic_move(module, scratch, path, unsafe_writes):
         # ansible-core 2.19 raises a bare Exception from a failed final rename, its OS error as the cause
         cause = exc.__cause__
         if isinstance(cause, OSError):
-            raise OSError(cause.errno, cause.strerror, cause.filename or path) from exc
+            raise OSError(cause.errno, cause.strerror, path) from exc
         raise NodeFileError("%s was not written: %s" % (path, to_native(exc)))
     finally:
         module.fail_json = fail_json
@@ -658,8 +658,7 @@ def apply(module, entries, result):
             outcomes.append(_apply_one(module, entry, state, data, undo) + (data,))
     except (NodeFileError, IOError, OSError) as exc:
         undo.put_back()
-        what = "%s was not written" % entry["path"]
-        text = _os_error(exc, what) if isinstance(exc, (IOError, OSError)) else str(exc)
+        text = _os_error(exc, entry["path"]) if isinstance(exc, (IOError, OSError)) else str(exc)
         others = len(outcomes)
         ending = "nothing was changed: the %d file(s) before it were put back" % others if others else "nothing was changed"
         raise NodeFileError("%s; %s" % (text, ending))
@@ -689,7 +688,9 @@ def main():
         module.fail_json(msg=str(exc), **result)
     except (IOError, OSError) as exc:
         # only the tidying after every file was applied can get here: the files stay applied
-        module.fail_json(msg=_os_error(exc, "tidying after the write"), **result)
+        module.fail_json(msg="every file was written, but tidying after the write failed: %s (errno %s) at %s; remove "
+                             "what is left by hand" % (exc.strerror or to_native(exc), exc.errno, to_native(exc.filename)),
+                         **result)
     module.exit_json(**result)
 
 
