@@ -108,12 +108,12 @@ def changes_of(sandbox_factory, monkeypatch, scenario, state):
 
 
 @pytest.fixture
-def sandbox_factory():
-    from conftest import Sandbox
+def sandbox_factory(sandbox):
+    """Fresh sandbox nodes, as many as a test needs (of the sandbox fixture's kind)."""
     made = []
 
     def make():
-        made.append(Sandbox(tempfile.mkdtemp(prefix="k3s-gpu-kill-")))
+        made.append(type(sandbox)(tempfile.mkdtemp(prefix="k3s-gpu-kill-")))
         return made[-1]
     yield make
     for sandbox in made:
