@@ -103,3 +103,46 @@ def sandbox():
         yield Sandbox(root)
     finally:
         shutil.rmtree(root)
+
+
+# K3S_GPU_MESSAGES=<file>: every message the suite makes the collection render (a K3sGpuError's text, a failed action's
+# or module's msg) is appended to <file> as JSON lines with the test's id, so that two heads can be compared message
+# by message (a renovation changes none of them). Off unless set.
+_MESSAGES = os.environ.get("K3S_GPU_MESSAGES")
+
+
+@pytest.fixture(autouse=True)
+def record_messages(request, monkeypatch):
+    if not _MESSAGES:
+        yield
+        return
+    import json
+    from ansible.module_utils.basic import AnsibleModule
+    from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
+
+    def write(kind, text):
+        with open(_MESSAGES, "a") as out:
+            out.write(json.dumps({"test": request.node.nodeid, "kind": kind, "text": str(text)}) + "\n")
+
+    made = K3sGpuError.__init__
+
+    def init(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        write("error", self.text())
+    monkeypatch.setattr(K3sGpuError, "__init__", init)
+    ran = SpecAction.run
+
+    def run(self, *args, **kwargs):
+        result = ran(self, *args, **kwargs)
+        if isinstance(result, dict) and result.get("failed"):
+            write("action", result.get("msg"))
+        return result
+    monkeypatch.setattr(SpecAction, "run", run)
+    failed = AnsibleModule.fail_json
+
+    def fail_json(self, msg, **kwargs):
+        write("module", msg)
+        return failed(self, msg, **kwargs)
+    monkeypatch.setattr(AnsibleModule, "fail_json", fail_json)
+    yield
