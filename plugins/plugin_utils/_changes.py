@@ -247,22 +247,25 @@ def _sha256(text):
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+# the record's second line: the text the edit replaced, as a comment (`sha256sum -c` checks the first line only)
+_PREVIOUS = "# the text before this edit: "
+
+
 def record_text(node_path, text, previous=None):
-    """The record of what the collection leaves in node_path, in sha256sum's format: the text it writes, then the text
-    it replaces (previous, when that was the collection's too). The record is written before the edit, so a run killed
-    between the two leaves a file whose text the record still names: either text is the collection's."""
-    name = node_path.rsplit("/", 1)[-1]
-    lines = ["%s  %s\n" % (_sha256(text), name)]
+    """The record of what the collection leaves in node_path: a sha256sum line of the text it writes, then a comment
+    with the SHA-256 of the text it replaces (previous, when that was the collection's too, or the original). The
+    record is written before the edit, so a run killed between the two leaves a file whose text the record names."""
+    lines = ["%s  %s\n" % (_sha256(text), node_path.rsplit("/", 1)[-1])]
     if previous is not None and previous != text:
-        lines.append("%s  %s\n" % (_sha256(previous), name))
+        lines.append("%s%s\n" % (_PREVIOUS, _sha256(previous)))
     return "".join(lines)
 
 
 def recorded_sums(record):
-    """The SHA-256 sums a record holds (empty: no record, or not one)."""
+    """The SHA-256 sums a record names (empty: no record, or not one)."""
     sums = set()
     for line in (record or "").splitlines():
-        fields = line.split()
+        fields = line[len(_PREVIOUS):].split() if line.startswith(_PREVIOUS) else line.split()
         if fields and len(fields[0]) == 64:
             sums.add(fields[0].lower())
     return sums

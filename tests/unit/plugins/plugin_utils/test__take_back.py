@@ -69,9 +69,9 @@ USER_FILES = [
 
 
 def record(node_path, text, previous=None):
-    """sha256sum lines: the text the collection leaves, then the one of its own (or the original) it replaces."""
-    texts = [text] + ([previous] if previous is not None else [])
-    return "".join("%s  %s\n" % (hashlib.sha256(t.encode()).hexdigest(), node_path.rsplit("/", 1)[-1]) for t in texts)
+    """A sha256sum line of the text the collection leaves, then a comment naming the one it replaces."""
+    out = "%s  %s\n" % (hashlib.sha256(text.encode()).hexdigest(), node_path.rsplit("/", 1)[-1])
+    return out + ("# the text before this edit: %s\n" % hashlib.sha256(previous.encode()).hexdigest() if previous else "")
 
 
 @pytest.mark.parametrize("distribution, release, path, text", USER_FILES)
