@@ -22,6 +22,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as d
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _check_cache as check_cache
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as template_check
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml_read as toml_read
@@ -71,7 +72,7 @@ def forget_memos():
 def one_node(root, cache_dir=None):
     forget_memos()
     # typed once, as _configure.run types the reading it gets
-    facts = host_state.NodeFacts.from_reading(detect.gather(root, "k3s", RELEASE, toolkit_dirs=[TOOLKIT]))
+    facts = NodeFacts.from_reading(detect.gather(root, "k3s", RELEASE, toolkit_dirs=[TOOLKIT]))
     # cache_dir: the run-wide verdicts of the template check, as the action plugin shares them between hosts;
     # a new CheckCache per call is a new forked worker (nothing in memory, the verdict read from the file)
     params = {"_check_cache": check_cache.CheckCache(cache_dir)} if cache_dir else {}

@@ -16,6 +16,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as sp
 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_step as cluster_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
@@ -215,7 +216,7 @@ class ActionModule(SpecAction):
         if reading.get("failed"):
             raise K3sGpuError("cluster %s: reading the server %s failed: %s" % (
                 cluster["name"], writer, host_step.role_message(reading)))
-        return host_state.NodeFacts.from_reading(reading, "cluster %s: runtime_info's reading of the server %s" % (
+        return NodeFacts.from_reading(reading, "cluster %s: runtime_info's reading of the server %s" % (
             cluster["name"], writer), "")
 
     def _read_now(self, host, host_vars, server_vars, task_vars):

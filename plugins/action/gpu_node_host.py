@@ -21,8 +21,10 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _doctor as doctor
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _restart as restart
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
@@ -47,7 +49,7 @@ RESTART_VARS = READ_VARS + ("gpu_node_restart", "gpu_node_restart_timeout_second
 # gpu_node_result's keys that belong to the task that registered it, not to the result
 TASK_KEYS = ("changed", "failed", "msg", "warnings", "deprecations", "diff", "skipped", "invocation")
 # the device plugin's node labels are written with the containerd step (config.yaml.d)
-DEVICE_PLUGIN_VARS = host_step.DEVICE_PLUGIN_VARS
+DEVICE_PLUGIN_VARS = device_plugin.ROLE_VARS
 # the doctor playbook: what the role plans on the node, and what the doctor checks it against
 DOCTOR_VARS = READ_VARS + PLAN_VARS + CONFIGURE_VARS + DEVICE_PLUGIN_VARS + (
     "gpu_node_toolkit_version", "gpu_node_operator_namespace")
@@ -120,7 +122,7 @@ class ActionModule(SpecAction):
         if reading.get("failed"):
             return _reading_failed(result, host, reading, ". Nothing was changed.")
         result["warnings"].extend(reading.pop("warnings", None) or [])
-        facts = host_state.NodeFacts.from_reading(reading)
+        facts = NodeFacts.from_reading(reading)
         plan_settings = dict((k, settings[k]) for k in (
             "force", "root", "mode", "operator_toolkit", "operator_driver", "toolkit_install", "driver_install",
             "driver_reboot", "default_runtime", "remove_operator_leftovers", "state", "absent_remove_toolkit",
@@ -166,7 +168,7 @@ class ActionModule(SpecAction):
             message = host_step.role_message(reading)
             return host_step.failed(result, "%s: reading the node after the installs failed: %s" % (self._host, message))
         reading.pop("warnings", None)  # said by the first reading
-        fresh, plan = host_state.NodeFacts.from_reading(reading), state.plan
+        fresh, plan = NodeFacts.from_reading(reading), state.plan
         result.update(host_step.node_result(plan, fresh, None), install_due=False, configure_due=False,
                       cdi_due=host_step.cdi_due(fresh, plan, settings),
                       node=host_state.HostState(fresh, plan, host_step.cdi_marker(settings)).to_result(),
@@ -252,7 +254,7 @@ class ActionModule(SpecAction):
             result["doctor"] = doctor.unread(host, host_step.role_message(reading))
             return result
         reading.pop("warnings", None)
-        facts = host_state.NodeFacts.from_reading(reading)
+        facts = NodeFacts.from_reading(reading)
         self._doctor_generated_config(settings, facts, execute_module)
         node = {"mode": settings["mode"], "operator_namespace": settings["operator_namespace"],
                 "toolkit_version": settings["toolkit_version"], "toolkit_install": settings["toolkit_install"],
@@ -339,7 +341,7 @@ class ActionModule(SpecAction):
         if reading.get("failed"):
             return _reading_failed(result, host, reading, ". Nothing was checked.")
         result["warnings"].extend(reading.pop("warnings", None) or [])
-        facts = host_state.NodeFacts.from_reading(reading)
+        facts = NodeFacts.from_reading(reading)
         if facts.distribution not in (distro.K3S, distro.RKE2):
             result.update(skipped=True, msg="%s: %s has no k3s/rke2 template to check" % (host, facts.distribution))
             return result

@@ -96,7 +96,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._filter import one_filter
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 
 # what the refusal of an input that is not a reading says to do
 SERVER_READING = "cluster must be the runtime_info result of a k3s or rke2 server (distribution, release, paths)"

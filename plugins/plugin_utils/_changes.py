@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The plan and the file changes: from the node's reading (a _host_state.NodeFacts) and the task's options to the
+"""The plan and the file changes: from the node's reading (a _node_facts.NodeFacts) and the task's options to the
 exact new text of each file (controller side, no I/O). The facts step before it is _node_reading, the write step
 after it _node_write.
 
@@ -17,9 +17,9 @@ import tomllib
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _merge as merge
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as template_check
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
@@ -46,8 +46,8 @@ LEGACY_LABELS_HEADER = "# Managed by k3s_gpu.nvidia (gpu_node)"
 def node_labels(plan):
     """One `<prefix><handler>=true` label per NVIDIA handler the node serves (written here or rendered by k3s)."""
     handlers = sorted({r["name"] for r in plan["write"]} | {r["name"] for r in plan["skip"]})
-    return ["%s%s=%s" % (runtimeclasses.HANDLER_LABEL_PREFIX, name, runtimeclasses.HANDLER_LABEL_VALUE)
-            for name in handlers if name in runtimeclasses.NVIDIA_HANDLERS]
+    return ["%s%s=%s" % (k8s_labels.HANDLER_LABEL_PREFIX, name, k8s_labels.HANDLER_LABEL_VALUE)
+            for name in handlers if name in k8s_labels.NVIDIA_HANDLERS]
 
 
 def _checked_labels(labels):
@@ -58,7 +58,7 @@ def _checked_labels(labels):
         try:
             if not sep:
                 raise K3sGpuError("node_labels: %r is not key=value" % label)
-            runtimeclasses.check_node_selector({key: value}, "node_labels")
+            k8s_labels.check_node_selector({key: value}, "node_labels")
         except K3sGpuError as exc:
             raise K3sGpuError(exc.cause, fix="; ".join(part for part in (exc.fix, "nothing was written") if part),
                               variable=exc.variable) from exc
@@ -67,7 +67,7 @@ def _checked_labels(labels):
 
 
 def compute(facts, params):
-    """Plan and file changes for the task, from the node's reading (a _host_state.NodeFacts: the node side's planner
+    """Plan and file changes for the task, from the node's reading (a _node_facts.NodeFacts: the node side's planner
     takes its dict, facts.reading). Raises K3sGpuError; nothing is written then."""
     target_profile = _target_profile(facts, params)
     plan = planner.make_plan(
@@ -444,7 +444,7 @@ def _layered_default_runtime(facts, plan, target, base):
                 continue  # containerd refuses it at start whatever this task does; not a source
     merged = {}
     for layer in layers:
-        merged = gpu_operator.deep_merge(merged, layer)  # containerd merges each import over what it read before
+        merged = merge.deep_merge(merged, layer)  # containerd merges each import over what it read before
     return toml.inherited_runtime(merged, schema, toml.own_runtime_names(plan))
 
 

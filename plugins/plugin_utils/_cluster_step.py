@@ -24,8 +24,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as gpu_operator
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_reading as node_reading
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
@@ -58,7 +57,7 @@ OPERATOR_VARS = ("gpu_node_operator_state", "gpu_node_operator_chart_version", "
                  "gpu_node_operator_chart_archive", "gpu_node_operator_namespace", "gpu_node_operator_cdi",
                  "gpu_node_operator_driver", "gpu_node_operator_toolkit", "gpu_node_operator_values",
                  "gpu_node_operator_helmchart_spec")
-DEVICE_PLUGIN_VARS = host_step.DEVICE_PLUGIN_VARS
+DEVICE_PLUGIN_VARS = device_plugin.ROLE_VARS
 SERVER_VARS = ("gpu_node_root", "gpu_node_distribution", "gpu_node_release", "gpu_node_newer_release", "gpu_node_data_dir")
 NODE_VARS = ("gpu_node_mode", "gpu_node_driver_install")
 
@@ -184,7 +183,7 @@ def node_reports(hosts, host_vars, read_node_vars):
 
 def playbook_reading(host, reading):
     """The runtimeclasses playbook's reading of a host (its READING_VAR, gpu_cluster's read phase) as a NodeFacts."""
-    return host_state.NodeFacts.from_reading(reading, "%s: %s" % (host, READING_VAR), "the runtimeclasses playbook "
+    return NodeFacts.from_reading(reading, "%s: %s" % (host, READING_VAR), "the runtimeclasses playbook "
                                              "registers it from gpu_cluster's read phase: leave it as it is")
 
 
@@ -204,7 +203,7 @@ def earlier_handlers(manifest_text):
 def decide(cluster, server, nodes, settings, operator_settings, objects, root="/", earlier=None, plugin_settings=None):
     """The files the writer gets for one cluster and what to report.
 
-    cluster: an entry of clusters(); server: the writer's reading (a _host_state.NodeFacts); nodes: node_reports()[0];
+    cluster: an entry of clusters(); server: the writer's reading (a _node_facts.NodeFacts); nodes: node_reports()[0];
     settings: read_settings(); operator_settings: the role's gpu_node_operator_* read by _role_vars (operator_*), converted;
     objects: which of OBJECTS this run writes; earlier: handlers of the RuntimeClass manifest on the server (read
     only when the run is partial); plugin_settings: the role's device plugin variables (without the gpu_node_ prefix).
@@ -246,7 +245,7 @@ def _plan_settings(operator_settings):
     """The role's gpu_node_operator_* variables (read without the gpu_node_ prefix) as _gpu_operator.plan_cluster takes them."""
     setting = dict((name[len("operator_"):], value) for name, value in operator_settings.items() if name.startswith("operator_"))
     return {"chart_version": setting.get("chart_version") or "", "chart_repo": setting.get("chart_repo") or "",
-            "chart_archive": host_step.chart_archive_name(setting.get("chart_archive")), "namespace": setting.get("namespace"),
+            "chart_archive": device_plugin.chart_archive_name(setting.get("chart_archive")), "namespace": setting.get("namespace"),
             "cdi": setting.get("cdi"), "driver": setting.get("driver"), "toolkit": setting.get("toolkit"),
             "values": setting.get("values") or {}, "helmchart_spec": setting.get("helmchart_spec") or {}}
 
@@ -321,11 +320,11 @@ def _device_plugin_files(result, server, nodes, plugin_settings, operator_wanted
     wanted = state == "present" and not operator_wanted and bool(gpu_nodes)
     report = {"wanted": wanted, "manifest": path}
     if wanted:
-        plan = device_plugin.plan_cluster(server, host_step.device_plugin_settings(plugin_settings), gpu_nodes, available)
+        plan = device_plugin.plan_cluster(server, device_plugin.settings_of_role(plugin_settings), gpu_nodes, available)
         sharing = (plan["values"].get("config") or {}).get("map") or {}
         report.update(chart_version=plan["chart_version"], runtime_class=plan["runtime_class"],
                       device_list_strategy=plan["device_list_strategy"], device_list_reason=plan["device_list_reason"],
-                      configs=plan["configs"], sharing=host_step.device_plugin_settings(plugin_settings).get("sharing"))
+                      configs=plan["configs"], sharing=device_plugin.settings_of_role(plugin_settings).get("sharing"))
         result["files"].append({"path": path, "state": "file", "content": device_plugin.render_manifest(plan),
                                 "mode": "0600", "directory_mode": "0700"})
         result["messages"].append("NVIDIA device plugin %s under RuntimeClass %s, device list %s (%s)%s" % (

@@ -25,6 +25,7 @@ allowed values) are `_release_rules`' DEVICE_PLUGIN_* table; their sources are i
 from __future__ import annotations
 
 import difflib
+import posixpath
 import re
 
 from collections.abc import Mapping
@@ -519,7 +520,7 @@ def chart_values(settings, runtime_class, device_list_strategy, nodes):
 def plan_cluster(server, settings, nodes, runtimeclasses_available):
     """The device-plugin objects of one cluster in host mode.
 
-    server: the reading of the server that writes (a _host_state.NodeFacts: its distribution, profile, paths).
+    server: the reading of the server that writes (a _node_facts.NodeFacts: its distribution, profile, paths).
     settings: chart_version, chart_repo, chart_archive (a .tgz file name served from the server's static/charts),
     namespace, runtime_class, device_list_strategy (auto or a chart value), device_discovery_strategy, mig_strategy,
     gfd (bool), image_registry (a mirror registry), sharing ({strategy, replicas, rename_by_default,
@@ -561,3 +562,34 @@ def render_manifest(plan):
     return helmchart.render_plan(plan, "device-plugin objects (the cluster has no host-mode GPU node)",
                                  "Managed by %s; edits are overwritten. NVIDIA device plugin %s for k3s/rke2 (host mode)." % (
                                      runtimeclasses.MANAGED_BY, plan["chart_version"]))
+
+
+# --- the gpu_node role's variables -------------------------------------------------------------------
+
+# the gpu_node role's device plugin variables (read without the gpu_node_ prefix) -> the settings of this module
+ROLE_SETTINGS = (("device_plugin_chart_version", "chart_version"), ("device_plugin_chart_repo", "chart_repo"),
+                          ("device_plugin_chart_archive", "chart_archive"), ("device_plugin_namespace", "namespace"),
+                          ("device_plugin_runtime_class", "runtime_class"),
+                          ("device_plugin_device_list_strategy", "device_list_strategy"),
+                          ("device_plugin_device_discovery_strategy", "device_discovery_strategy"),
+                          ("device_plugin_mig_strategy", "mig_strategy"), ("device_plugin_gfd", "gfd"),
+                          ("device_plugin_image_registry", "image_registry"), ("gpu_sharing", "sharing"),
+                          ("device_plugin_configs", "configs"))
+
+
+# the role variables of the device plugin, as the host step (node labels) and the cluster step (HelmChart) read them
+ROLE_VARS = ("gpu_node_device_plugin_state", "gpu_node_device_plugin_config") + tuple(
+    "gpu_node_" + name for name, _ours in ROLE_SETTINGS)
+
+
+def chart_archive_name(path):
+    """A chart archive on the controller as the server serves it: by its file name (static/charts/<name>)."""
+    return posixpath.basename(path or "")
+
+
+def settings_of_role(settings):
+    """The settings of this module from the role's variables (the chart archive by its file name, as it is served)."""
+    converted = dict((ours, settings[name]) for name, ours in ROLE_SETTINGS if name in settings)
+    converted["chart_archive"] = chart_archive_name(converted.get("chart_archive"))
+    converted["sharing"] = converted.get("sharing") or None
+    return converted

@@ -317,7 +317,7 @@ def unread(host, why):
 
 def check_node(host, facts, node):
     """{host, gpu_node, passed: [{layer, detail}], broken: {layer, cause, fix} or None} for one node, layers in order,
-    stopping at the first broken one. facts: the node's reading (a _host_state.NodeFacts); node: what the action knows
+    stopping at the first broken one. facts: the node's reading (a _node_facts.NodeFacts); node: what the action knows
     besides the reading (mode, handlers, changes, refusal, services, existing_binaries, settings)."""
     report = {"host": host, "gpu_node": True, "passed": [], "broken": None, "cluster_checked": False,
               "handlers": list(node.get("handlers") or []), "labels": list(node.get("labels") or []), "mode": node.get("mode"),

@@ -9,14 +9,13 @@ PRIVATE to the collection."""
 
 from __future__ import annotations
 
-import posixpath
 import re
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, clause
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes_engine
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as gpu_operator
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_plan as host_plan
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
@@ -106,41 +105,12 @@ def cdi_refresh_due(facts, plan, settings):
                 and not refresh.get("enabled") and settings.get("cdi_spec_path") == release_rules.CDI_REFRESH_OUTPUT)
 
 
-# the role's device plugin variables (read without the gpu_node_ prefix) -> the settings of _device_plugin
-DEVICE_PLUGIN_SETTINGS = (("device_plugin_chart_version", "chart_version"), ("device_plugin_chart_repo", "chart_repo"),
-                          ("device_plugin_chart_archive", "chart_archive"), ("device_plugin_namespace", "namespace"),
-                          ("device_plugin_runtime_class", "runtime_class"),
-                          ("device_plugin_device_list_strategy", "device_list_strategy"),
-                          ("device_plugin_device_discovery_strategy", "device_discovery_strategy"),
-                          ("device_plugin_mig_strategy", "mig_strategy"), ("device_plugin_gfd", "gfd"),
-                          ("device_plugin_image_registry", "image_registry"), ("gpu_sharing", "sharing"),
-                          ("device_plugin_configs", "configs"))
-
-
-# the role variables of the device plugin, as the host step (node labels) and the cluster step (HelmChart) read them
-DEVICE_PLUGIN_VARS = ("gpu_node_device_plugin_state", "gpu_node_device_plugin_config") + tuple(
-    "gpu_node_" + name for name, _ours in DEVICE_PLUGIN_SETTINGS)
-
-
-def chart_archive_name(path):
-    """A chart archive on the controller as the server serves it: by its file name (static/charts/<name>)."""
-    return posixpath.basename(path or "")
-
-
-def device_plugin_settings(settings):
-    """_device_plugin's settings from the role's variables (the chart archive by its file name, as it is served)."""
-    converted = dict((ours, settings[name]) for name, ours in DEVICE_PLUGIN_SETTINGS if name in settings)
-    converted["chart_archive"] = chart_archive_name(converted.get("chart_archive"))
-    converted["sharing"] = converted.get("sharing") or None
-    return converted
-
-
 def device_plugin_labels(settings, host):
     """The node labels the device plugin needs on this GPU node (host mode, the plugin present), else []."""
     if settings.get("mode") != "host" or settings.get("device_plugin_state") != "present" or settings.get("state") == "absent":
         return []
     try:
-        return device_plugin.labels_of_node(device_plugin_settings(settings), host, settings.get("device_plugin_config") or "")
+        return device_plugin.labels_of_node(device_plugin.settings_of_role(settings), host, settings.get("device_plugin_config") or "")
     except K3sGpuError as exc:
         raise exc.within(host or "this host") from exc
 
@@ -227,7 +197,7 @@ def plan_absent(facts, settings, host):
         "operator_runtimes": list(facts.gpu_operator["runtimes"]), "pending": [], "handlers": [], "written": [],
         "rendered_by_release": [], "runtimes_skipped": [], "restarted": False, "verified": None, "reboot_required": False,
     }
-    return host_state.Plan(selected=True, live=live, mode=mode, messages=messages, result=result)
+    return host_state.RolePlan(selected=True, live=live, mode=mode, messages=messages, result=result)
 
 
 def failed(result, msg):
@@ -244,12 +214,12 @@ def failed(result, msg):
 
 
 def plan_host(facts, settings, host):
-    """The role's first decision about a host (_gpu_operator.plan_host, or plan_absent for gpu_node_state=absent),
+    """The role's first decision about a host (_host_plan.first_decision, or plan_absent for gpu_node_state=absent),
     and the refusal of a toolkit install that would break the node's template. Raises K3sGpuError with the
     message for the user."""
     if settings.get("state") == "absent":
         return plan_absent(facts, settings, host)
-    plan = host_state.Plan.from_dict(gpu_operator.plan_host(facts, settings, host=host))
+    plan = host_state.RolePlan.from_dict(host_plan.first_decision(facts, settings, host=host))
     plan.result["state"] = "present"
     if plan.selected and plan.mode.install_toolkit and plan.live:  # a sandbox tree gets no package
         # the install makes k3s detect nvidia/nvidia-cdi at its next start: a template that breaks then

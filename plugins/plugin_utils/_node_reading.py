@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """The facts step: one runtime_info reading of the node with the file texts (or the one the task was handed, where it
-fits the task's options), typed as a _host_state.NodeFacts, and what the engine and the doctor read out of it.
+fits the task's options), typed as a _node_facts.NodeFacts, and what the engine and the doctor read out of it.
 
 PRIVATE to the collection. Controller side. `execute_module(name, args)` runs a module on the host of the task."""
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
@@ -57,10 +57,10 @@ def typed(reading, source):
     """The NodeFacts of a reading of node_facts(). Raises K3sGpuError naming the option where node_facts is not
     runtime_info's result."""
     if source == "node_facts":
-        return host_state.NodeFacts.from_reading(reading, "{node_facts}", "pass the registered result of "
+        return NodeFacts.from_reading(reading, "{node_facts}", "pass the registered result of "
                                                  "k3s_gpu.nvidia.runtime_info (include_content: true), unchanged",
                                                  "node_facts")
-    return host_state.NodeFacts.from_reading(reading, "runtime_info's reading of the node", "")
+    return NodeFacts.from_reading(reading, "runtime_info's reading of the node", "")
 
 
 def given_facts(params, binaries):

@@ -198,7 +198,7 @@ def newer_release_of(reading):
 
 
 def cluster_profile(server, deploys):
-    """The release profile of a cluster's server, from its reading (a _host_state.NodeFacts); `deploys` says what
+    """The release profile of a cluster's server, from its reading (a _node_facts.NodeFacts); `deploys` says what
     needs it (host mode's device plugin, operator mode's GPU Operator: both a k3s/rke2 HelmChart)."""
     if server.distribution not in (distro.K3S, distro.RKE2):
         raise K3sGpuError("cluster must be the runtime_info result of a k3s or rke2 server (distribution, release, paths); "

@@ -26,25 +26,17 @@ from collections.abc import Mapping
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import is_list, type_name
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _manifest_yaml as manifest_yaml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._labels import (  # noqa: F401 (read through this module too)
+    DNS1123_LABEL, HANDLER_LABEL_PREFIX, HANDLER_LABEL_VALUE, MANAGED_BY, MANAGED_BY_LABEL, NVIDIA_HANDLERS, check_node_selector)
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 API_VERSION = "node.k8s.io/v1"
 KIND = "RuntimeClass"
-# Label on every object this collection writes (import these rather than spelling them out).
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "k3s_gpu.nvidia"
-
-# The handlers this collection creates RuntimeClasses for: the NVIDIA runtimes it manages.
-NVIDIA_HANDLERS = tuple(name for name, _binary in distro.NVIDIA_RUNTIMES)
 # Distributions whose servers ship (or not) RuntimeClasses; the cluster's release is one of these.
 CLUSTER_DISTRIBUTIONS = (distro.K3S, distro.RKE2)
-
-# The gpu_node role labels each node with the handlers it serves (node-label in config.yaml.d, which
-# k3s and rke2 apply at every start); a RuntimeClass can then select exactly those nodes.
-HANDLER_LABEL_PREFIX = "k3s-gpu.nvidia/handler."
-HANDLER_LABEL_VALUE = "true"
 
 # The RuntimeClasses NVIDIA's GPU Operator manages on a cluster where it runs: by its mode it creates
 # some and deletes the others on every reconcile, whoever made them (_release_rules.GPU_OPERATOR_RUNTIMECLASSES).
@@ -55,12 +47,6 @@ OPERATOR_RUNTIMECLASSES = tuple(sorted(set(
 NODE_KEYS = ("host", "handlers", "gpu_operator", "operator_runtimeclasses")
 PLAN_KEYS = ("manifests", "shipped", "skipped", "handlers", "owners")
 
-# Kubernetes validation rules (k8s.io/apimachinery/pkg/util/validation): DNS-1123 label and
-# subdomain, qualified name (label key), label value.
-DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")  # also namespace names
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
-_QUALIFIED_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
 # resource.Quantity grammar (k8s.io/apimachinery/pkg/api/resource/quantity.go), without the sign:
 # <number> (digits, digits.digits, digits., .digits) then a binary SI suffix, a decimal SI suffix
 # or a decimal exponent. Overhead must not be negative, so a leading '-' is refused on purpose.
@@ -82,64 +68,11 @@ def _check_dns_label(where, value, what):
     return str(value)
 
 
-def _label_key_problem(key):
-    """Kubernetes IsQualifiedName: [prefix/]name, prefix a DNS-1123 subdomain (<= 253); None when valid."""
-    parts = key.split("/")
-    if len(parts) > 2:
-        return "it has more than one '/'"
-    prefix, name = (None, parts[0]) if len(parts) == 1 else parts
-    if prefix is not None and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
-        return "the prefix before '/' must be a lowercase DNS subdomain such as nvidia.com"
-    if not name or len(name) > 63 or not _QUALIFIED_NAME_PART.match(name):
-        return ("the name must be at most 63 characters of letters, digits, '-', '_' and '.', "
-                "starting and ending with a letter or digit")
-    return None
-
-
-def _check_label_key(where, key):
-    if not isinstance(key, str) or not key:
-        raise K3sGpuError("%s: label key %r must be a non-empty string" % (where, key))
-    problem = _label_key_problem(key)
-    if problem:
-        raise K3sGpuError(
-            "%s: label key %r is not valid: %s (form [prefix/]name, e.g. nvidia.com/gpu.present)" % (
-                where, key, problem))
-    return str(key)
-
-
-def _check_label_value(where, key, value):
-    if not isinstance(value, str):
-        raise K3sGpuError(
-            "%s[%r] must be a string, got %s %r" % (where, key, type_name(value), value),
-            fix="quote it in YAML (for example 'true' rather than true), since Kubernetes label values are strings")
-    if len(value) > 63 or not _LABEL_VALUE.match(value):
-        raise K3sGpuError(
-            "%s[%r]: label value %r is not valid: at most 63 characters of letters, digits, '-', '_' "
-            "and '.', starting and ending with a letter or digit (or empty)" % (where, key, value))
-    return str(value)
-
-
-def check_node_selector(node_selector, what="node_selector"):
-    """The nodeSelector as a plain dict (empty for none); K3sGpuError naming `what` (the caller's option) and the bad
-    key."""
-    if node_selector is None:
-        return {}
-    if not isinstance(node_selector, Mapping):
-        raise K3sGpuError(
-            "%s must be a dict of node label -> value, such as "
-            "{'nvidia.com/gpu.present': 'true'}, got %s %r" % (what, type_name(node_selector), node_selector))
-    result = {}
-    for key, value in node_selector.items():
-        key = _check_label_key(what, key)
-        result[key] = _check_label_value(what, key, value)
-    return result
-
-
 def _check_resource_name(name):
     if not isinstance(name, str) or not name:
         raise K3sGpuError("overhead: resource name %r must be a non-empty string such as cpu or memory" % (name,))
     if "/" in name:
-        problem = _label_key_problem(name)
+        problem = k8s_labels.label_key_problem(name)
         if problem:
             raise K3sGpuError(
                 "overhead: resource name %r is not a valid extended resource name: %s (form domain/name, "
@@ -233,7 +166,7 @@ def _check_cluster(cluster):
 
 
 def _server_release(server):
-    """(distribution, profile, runtimeclasses disabled) of the server's reading (a _host_state.NodeFacts): runtime_info
+    """(distribution, profile, runtimeclasses disabled) of the server's reading (a _node_facts.NodeFacts): runtime_info
     made its profile with the release and the newer-release policy it read with."""
     distribution = _check_distribution(server.distribution)
     return distribution, server.profile, _check_disabled(server.reading.get("runtimeclasses_disabled", False), distribution)
@@ -309,7 +242,7 @@ def handler_label(handler):
 def plan_runtimeclasses(server, nodes, node_selector=None, overhead=None, select_by_handler_label=False):
     """Decide the RuntimeClasses of one cluster.
 
-    server: the reading of the server that applies manifests (a _host_state.NodeFacts: its distribution, profile and
+    server: the reading of the server that applies manifests (a _node_facts.NodeFacts: its distribution, profile and
     runtimeclasses_disabled). nodes: [{"host": str, "handlers": [str], "operator_runtimeclasses": [str]}].
     node_selector: {label: value} for scheduling.nodeSelector; overhead: {resource: quantity} for
     overhead.podFixed (None or {} for neither). select_by_handler_label: each RuntimeClass also

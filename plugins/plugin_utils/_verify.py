@@ -27,7 +27,7 @@ import yaml
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, clause
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 
 GPU_RESOURCE = device_plugin.RESOURCE_NAME
 SEED_RUNTIMECLASS = "nvidia"  # the class every NVIDIA setup has: verify always wants it
@@ -111,8 +111,8 @@ def _labelled_gpu_node(node):
 
 def _served_handlers(node):
     """The handlers the role labelled the node with (gpu_node_handler_labels), or None when it has no such label."""
-    served = set(key[len(runtimeclasses.HANDLER_LABEL_PREFIX):] for key, value in _labels(node).items()
-                 if key.startswith(runtimeclasses.HANDLER_LABEL_PREFIX) and value == runtimeclasses.HANDLER_LABEL_VALUE)
+    served = set(key[len(k8s_labels.HANDLER_LABEL_PREFIX):] for key, value in _labels(node).items()
+                 if key.startswith(k8s_labels.HANDLER_LABEL_PREFIX) and value == k8s_labels.HANDLER_LABEL_VALUE)
     return served or None
 
 

@@ -235,7 +235,7 @@ def test_allocatable_is_the_gpu_count_and_one_more_stays_pending(cluster):
 def _chart_objects(cluster, tmp_path, settings):
     """Our device-plugin HelmChart for the lab node, rendered with NVIDIA's chart as helm-controller would."""
     from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as dp  # pylint: disable=import-outside-toplevel
-    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts  # pylint: disable=import-outside-toplevel
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts  # pylint: disable=import-outside-toplevel
     from ansible_collections.k3s_gpu.nvidia.tests import testbins  # pylint: disable=import-outside-toplevel
     from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading  # pylint: disable=import-outside-toplevel
     from ansible_collections.k3s_gpu.nvidia.tests.conformance import test_device_plugin_chart as chart_checks  # pylint: disable=import-outside-toplevel
@@ -329,7 +329,7 @@ def _operator_objects(cluster):
     """The GPU Operator HelmCharts the collection writes for the lab's release: from the repository, air-gapped."""
     from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as operator  # pylint: disable=import-outside-toplevel
     from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules  # pylint: disable=import-outside-toplevel
-    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts  # pylint: disable=import-outside-toplevel
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts  # pylint: disable=import-outside-toplevel
     from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading  # pylint: disable=import-outside-toplevel
 
     server = NodeFacts.from_reading(server_reading("k3s", cluster.state["release"]))

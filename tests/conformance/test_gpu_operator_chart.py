@@ -24,7 +24,7 @@ import yaml
 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as op
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 # helm_render is a fixture: imported here, pytest finds it in this module too
 from ansible_collections.k3s_gpu.nvidia.tests.conformance.test_device_plugin_chart import (  # pylint: disable=unused-import
     _shared_file, helm_render, render)

@@ -21,7 +21,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_cluster, gpu_n
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_step as cluster_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _summary as summary
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.action.action_harness import (
     RELEASE, cluster_plan, host_step, make, run_node_module)
 

@@ -13,7 +13,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.k3s_gpu.nvidia.plugins.filter.gpu_operator_plan import FilterModule
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as op
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading
 
 plan_filter = FilterModule().filters()["gpu_operator_plan"]

@@ -25,7 +25,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as tom
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_write as node_write
 from ansible_collections.k3s_gpu.nvidia.tests.containerd_tables import CRUN, NVIDIA_CTK_V2, RUNC_SYSTEMD, default_runtime
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 
 RELEASE = "v1.30.6+k3s1"
 TEMPLATE_V2 = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"

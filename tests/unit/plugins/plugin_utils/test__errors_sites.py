@@ -19,7 +19,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_ste
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as dp
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as op
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading
 
 PLUGINS = pathlib.Path(__file__).resolve().parents[4] / "plugins"

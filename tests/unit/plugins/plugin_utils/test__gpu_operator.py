@@ -18,10 +18,11 @@ import yaml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as op
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_plan as host_plan
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils.helmchart_checks import FIXTURES, documents, helmchart_schema, valid_helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading
 
 RELEASE = "v1.33.10+k3s1"
@@ -63,7 +64,7 @@ def test_detection_host_only(sandbox):
 # --- host mode ------------------------------------------------------------------------------------
 
 def test_host_mode_installs_the_toolkit_on_a_plain_node(sandbox):
-    plan = op.plan_node(NodeFacts.from_reading(facts_of(sandbox)), "host")
+    plan = host_plan.plan_node(NodeFacts.from_reading(facts_of(sandbox)), "host")
     assert plan["install_toolkit"] is True and plan["remove_host_toolkit"] is False
     assert plan["generate_cdi"] is True and plan["pending"] == []
 
@@ -71,11 +72,11 @@ def test_host_mode_installs_the_toolkit_on_a_plain_node(sandbox):
 def test_host_mode_refuses_a_second_toolkit_next_to_the_operators(sandbox):
     with pytest.raises(K3sGpuError, match=r"gpu1 has the GPU Operator's toolkit in /usr/local/nvidia/toolkit "
                        r"\(nvidia-container-runtime, .*gpu_node_toolkit_install=false"):
-        op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator",))), "host", toolkit_install=True, host="gpu1")
+        host_plan.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator",))), "host", toolkit_install=True, host="gpu1")
 
 
 def test_host_mode_keeps_the_operators_toolkit_when_not_installing(sandbox):
-    plan = op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator",))), "host", toolkit_install=False)
+    plan = host_plan.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator",))), "host", toolkit_install=False)
     assert plan["install_toolkit"] is False
     assert plan["operator_handlers"] == ["nvidia", "nvidia-cdi", "nvidia-legacy"]
 
@@ -83,13 +84,13 @@ def test_host_mode_keeps_the_operators_toolkit_when_not_installing(sandbox):
 def test_host_mode_refuses_two_toolkits_even_without_installing(sandbox):
     with pytest.raises(K3sGpuError, match=r"two NVIDIA toolkits: the GPU Operator's in .* and the host's "
                        r"\(/usr/bin/nvidia-container-runtime, .*; keep one"):
-        op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator", "package"))), "host", toolkit_install=False)
+        host_plan.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator", "package"))), "host", toolkit_install=False)
 
 
 # --- operator mode ----------------------------------------------------------------------------------
 
 def test_operator_mode_before_the_operator_arrives(sandbox):
-    plan = op.plan_node(NodeFacts.from_reading(facts_of(sandbox)), "operator", default_runtime="nvidia", host="gpu1")
+    plan = host_plan.plan_node(NodeFacts.from_reading(facts_of(sandbox)), "operator", default_runtime="nvidia", host="gpu1")
     assert plan["install_toolkit"] is False and plan["remove_host_toolkit"] is False
     assert plan["generate_cdi"] is False  # the operator's toolkit writes the CDI specs
     assert plan["default_runtime"] == ""
@@ -98,13 +99,13 @@ def test_operator_mode_before_the_operator_arrives(sandbox):
 
 
 def test_operator_mode_with_the_operators_toolkit_in_place(sandbox):
-    plan = op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator",))), "operator", default_runtime="nvidia-cdi")
+    plan = host_plan.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator",))), "operator", default_runtime="nvidia-cdi")
     assert plan["default_runtime"] == "nvidia-cdi" and plan["pending"] == []
     assert plan["owners"] == {"nvidia": "gpu-operator", "nvidia-cdi": "gpu-operator", "nvidia-legacy": "gpu-operator"}
 
 
 def test_operator_mode_removes_the_host_toolkit_on_a_real_root(sandbox):
-    plan = op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("package",))), "operator", toolkit_install=True, live=True,
+    plan = host_plan.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("package",))), "operator", toolkit_install=True, live=True,
                         default_runtime="nvidia")
     assert plan["remove_host_toolkit"] is True and plan["install_toolkit"] is False
     # the host's nvidia goes away with its packages: the default waits for the operator's
@@ -115,11 +116,11 @@ def test_operator_mode_removes_the_host_toolkit_on_a_real_root(sandbox):
 def test_operator_mode_refuses_a_host_toolkit_it_may_not_remove(sandbox, toolkit_install, live):
     with pytest.raises(K3sGpuError, match=r"operator mode, where the GPU Operator installs the toolkit, but a "
                        r"host toolkit is there \(/usr/bin/nvidia-container-runtime, .*gpu_node_operator_toolkit=false"):
-        op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("package",))), "operator", toolkit_install=toolkit_install, live=live)
+        host_plan.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("package",))), "operator", toolkit_install=toolkit_install, live=live)
 
 
 def test_operator_mode_with_the_host_toolkit_kept(sandbox):
-    plan = op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("package",))), "operator", operator_toolkit=False, default_runtime="nvidia")
+    plan = host_plan.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("package",))), "operator", operator_toolkit=False, default_runtime="nvidia")
     assert plan["install_toolkit"] is True and plan["remove_host_toolkit"] is False
     assert plan["generate_cdi"] is True and plan["default_runtime"] == "nvidia" and plan["pending"] == []
 
@@ -127,16 +128,16 @@ def test_operator_mode_with_the_host_toolkit_kept(sandbox):
 def test_operator_mode_refuses_stale_operator_files_when_its_toolkit_is_off(sandbox):
     with pytest.raises(K3sGpuError, match=r"toolkit is off \(gpu_node_operator_toolkit=false\), yet "
                        r"/usr/local/nvidia/toolkit .*search that directory first"):
-        op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator",))), "operator", operator_toolkit=False)
+        host_plan.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator",))), "operator", operator_toolkit=False)
 
 
 def test_operator_mode_refuses_two_driver_owners(sandbox):
     with pytest.raises(K3sGpuError, match=r"gpu_node_driver_install=true and the GPU Operator's driver is on"):
-        op.plan_node(NodeFacts.from_reading(facts_of(sandbox)), "operator", operator_driver=True, driver_install=True)
+        host_plan.plan_node(NodeFacts.from_reading(facts_of(sandbox)), "operator", operator_driver=True, driver_install=True)
 
 
 def test_operator_mode_keeps_the_role_driver_when_the_operators_is_off(sandbox):
-    plan = op.plan_node(NodeFacts.from_reading(facts_of(sandbox)), "operator", operator_driver=False, driver_install=True)
+    plan = host_plan.plan_node(NodeFacts.from_reading(facts_of(sandbox)), "operator", operator_driver=False, driver_install=True)
     assert plan["install_driver"] is True
 
 
@@ -148,7 +149,7 @@ def test_operator_mode_keeps_the_role_driver_when_the_operators_is_off(sandbox):
 def test_bad_input(sandbox, kwargs, message):
     facts = facts_of(sandbox)
     with pytest.raises(K3sGpuError, match=message):
-        op.plan_node(NodeFacts.from_reading(facts), **kwargs)
+        host_plan.plan_node(NodeFacts.from_reading(facts), **kwargs)
 
 
 # --- one cluster: the HelmChart ------------------------------------------------------------------------
@@ -400,11 +401,11 @@ def test_feature_table_matches_every_helmchart_fixture():
 
 def test_host_mode_takes_back_a_node_the_operator_left(sandbox):
     """An uninstalled operator leaves /usr/local/nvidia/toolkit behind; the role removes it when told to."""
-    plan = op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator",))), "host", toolkit_install=True, remove_operator_leftovers=True)
+    plan = host_plan.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator",))), "host", toolkit_install=True, remove_operator_leftovers=True)
     assert plan["remove_operator_leftovers"] is True and plan["install_toolkit"] is True
     assert plan["operator_handlers"] == []
     # ignored in operator mode: the directory is the operator's own there
-    plan = op.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator",))), "operator", remove_operator_leftovers=True)
+    plan = host_plan.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("operator",))), "operator", remove_operator_leftovers=True)
     assert plan["remove_operator_leftovers"] is False
 
 
@@ -423,16 +424,16 @@ def gpu_facts(sandbox, layout="package", release=RELEASE):
 
 
 def test_plan_host_leaves_a_host_without_a_gpu_alone(sandbox):
-    decided = op.plan_host(NodeFacts.from_reading(facts_of(sandbox)), dict(HOST_SETTINGS, root="/tmp/tree"), host="cpu1")
+    decided = host_plan.first_decision(NodeFacts.from_reading(facts_of(sandbox)), dict(HOST_SETTINGS, root="/tmp/tree"), host="cpu1")
     assert (decided["selected"], decided["live"], decided["mode"]) == (False, False, {})
     assert decided["result"]["status"] == "skipped" and decided["result"]["reason"].startswith("no NVIDIA GPU")
     assert decided["messages"][0].startswith("cpu1: no NVIDIA GPU on the PCI bus")
-    forced = op.plan_host(NodeFacts.from_reading(facts_of(sandbox)), dict(HOST_SETTINGS, force=True))
+    forced = host_plan.first_decision(NodeFacts.from_reading(facts_of(sandbox)), dict(HOST_SETTINGS, force=True))
     assert forced["selected"] is True and forced["result"]["status"] == "configured"
 
 
 def test_plan_host_on_a_gpu_node(sandbox):
-    decided = op.plan_host(NodeFacts.from_reading(gpu_facts(sandbox)), dict(HOST_SETTINGS, mode="operator", toolkit_install=True,
+    decided = host_plan.first_decision(NodeFacts.from_reading(gpu_facts(sandbox)), dict(HOST_SETTINGS, mode="operator", toolkit_install=True,
                                                                             default_runtime="nvidia"), host="gpu1")
     assert decided["selected"] and decided["live"]
     assert decided["mode"]["remove_host_toolkit"] is True
@@ -450,18 +451,18 @@ def test_plan_host_on_a_gpu_node(sandbox):
 def test_plan_host_refusals(sandbox, settings, release, message):
     facts = gpu_facts(sandbox, "operator" if message is None else "package", release)
     with pytest.raises(K3sGpuError, match=message or r"gpu1 has the GPU Operator's toolkit"):
-        op.plan_host(NodeFacts.from_reading(facts), dict(HOST_SETTINGS, **settings), host="gpu1")
+        host_plan.first_decision(NodeFacts.from_reading(facts), dict(HOST_SETTINGS, **settings), host="gpu1")
     if settings.get("local_connection"):
         # the role never reboots: nothing to refuse
         never = dict(HOST_SETTINGS, **settings)
         never["driver_reboot"] = "never"
-        assert op.plan_host(NodeFacts.from_reading(facts), never, host="gpu1")["selected"] is True
+        assert host_plan.first_decision(NodeFacts.from_reading(facts), never, host="gpu1")["selected"] is True
 
 
 def test_a_refusal_passes_its_fix_apart(sandbox):
     """The doctor and a task's `error` read the fix apart: the cause has no fix sentence, the fix ends the message."""
     with pytest.raises(K3sGpuError) as caught:
-        op.plan_node(NodeFacts.from_reading(facts_of(sandbox)), "operator", operator_driver=True, driver_install=True,
+        host_plan.plan_node(NodeFacts.from_reading(facts_of(sandbox)), "operator", operator_driver=True, driver_install=True,
                      host="gpu1")
     error = caught.value
     assert error.cause.endswith("two owners for the kernel module") and "Set " not in error.cause
@@ -470,7 +471,7 @@ def test_a_refusal_passes_its_fix_apart(sandbox):
     assert str(error) == "%s; %s" % (error.cause, error.fix)
     facts = gpu_facts(sandbox)
     with pytest.raises(K3sGpuError) as caught:
-        op.plan_host(NodeFacts.from_reading(facts), dict(HOST_SETTINGS, driver_install=True, local_connection=True),
+        host_plan.first_decision(NodeFacts.from_reading(facts), dict(HOST_SETTINGS, driver_install=True, local_connection=True),
                      host="gpu1")
     error = caught.value
     assert error.cause.endswith("the role does not reboot the machine that runs Ansible")

@@ -18,6 +18,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 
@@ -25,7 +26,7 @@ RELEASE = "v1.34.6+k3s1"
 CTK = "/usr/bin/nvidia-ctk"
 UNIT = "/usr/lib/systemd/system/nvidia-cdi-refresh.path"
 WANTS = "/etc/systemd/system/multi-user.target.wants/nvidia-cdi-refresh.path"
-HOST_PLAN = host_state.Plan.from_dict({"selected": True, "live": True, "mode": {"mode": "host"}})
+HOST_PLAN = host_state.RolePlan.from_dict({"selected": True, "live": True, "mode": {"mode": "host"}})
 SANDBOX_PLAN = dataclasses.replace(HOST_PLAN, live=False)
 OPERATOR_PLAN = dataclasses.replace(HOST_PLAN, mode=host_state.Mode(mode="operator"))
 SETTINGS = {"state": "present", "dev_char_symlinks": True, "cdi_refresh": True, "cdi_generate": True,
@@ -47,7 +48,7 @@ def gpu_node(sandbox, loaded=True, linked=()):
 
 
 def read(sandbox):
-    return host_state.NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", RELEASE))
+    return NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", RELEASE))
 
 
 def test_the_rule_and_the_links_are_due_on_a_loaded_driver_without_them(sandbox):

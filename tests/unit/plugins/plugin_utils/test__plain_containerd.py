@@ -20,7 +20,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as tom
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_write as node_write
 from ansible_collections.k3s_gpu.nvidia.tests.containerd_tables import RUNC_SYSTEMD, default_runtime, runtime
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 
 CONFIG = "/etc/containerd/config.toml"
 V2 = 'plugins."io.containerd.grpc.v1.cri".containerd'

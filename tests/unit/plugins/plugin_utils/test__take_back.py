@@ -19,9 +19,10 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_write as node_write
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._host_state import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 
 RELEASE = "v1.32.2+k3s1"  # containerd 2.0, no drop-ins: the user's template is edited in place
 TEMPLATE = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
@@ -210,7 +211,7 @@ def settings(**overrides):
 ])
 def test_the_absent_plan(sandbox, root, remove, removes_packages, message):
     sandbox.k3s("k3s", "package")
-    info = host_state.NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", RELEASE))
+    info = NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", RELEASE))
     plan = host_step.plan_host(info, settings(root=root, absent_remove_toolkit=remove), "gpu1")
     assert plan.selected is True and plan.result["status"] == "absent" and plan.result["state"] == "absent"
     mode = plan.mode
@@ -221,7 +222,7 @@ def test_the_absent_plan(sandbox, root, remove, removes_packages, message):
 
 def test_absent_needs_no_gpu(sandbox):
     sandbox.k3s("k3s", "package")  # no driver, nothing on the PCI bus
-    info = host_state.NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", RELEASE))
+    info = NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", RELEASE))
     assert host_step.plan_host(info, settings(), "cpu1").selected is True
 
 
@@ -238,7 +239,7 @@ def test_absent_removes_only_the_cdi_spec_the_role_generated(sandbox, spec_path,
     sandbox.k3s("k3s", "package")
     if spec_path:
         sandbox.write(spec_path, text)
-    info = host_state.NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", RELEASE))
+    info = NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", RELEASE))
     extra, warnings = host_step.cdi_spec_changes(info, settings())
     assert bool(extra) is removed and bool(warnings) is warned
     if removed:
