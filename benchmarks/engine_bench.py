@@ -19,13 +19,12 @@ import time
 import tracemalloc
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _check_cache as check_cache
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _check_cache as check_cache
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as template_check
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml_read as toml_read
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _template_check as template_check
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml_read as toml_read
 
 RELEASE = "v1.31.6+k3s1"
 TEMPLATE = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"

@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 from ansible_collections.k3s_gpu.nvidia.plugins.modules import node_files, runtime_info
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _configure as configure
 
 RELEASE = "v1.31.6+k3s1"
 TEMPLATE = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"

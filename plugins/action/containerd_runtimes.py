@@ -4,11 +4,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """Action plugin for k3s_gpu.nvidia.containerd_runtimes: the arguments checked by the module's spec, the rest in
-plugin_utils/_configure.py (one reading of the node, the decision here, one write)."""
+plugin_utils/containerd/_configure.py (one reading of the node, the decision here, one write)."""
 
 from __future__ import annotations
 
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
 
 

@@ -8,9 +8,9 @@
 from __future__ import annotations
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _role_vars as role_vars
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _summary as summary
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _summary as summary
 
 
 class ActionModule(SpecAction):

@@ -6,7 +6,7 @@
 """The playbooks' step once per cluster: `phase: plan` (run once, on the controller) checks the cluster settings and
 lists the clusters of the run with the server that writes for each; `phase: apply` (delegated to that server) reads
 it, decides the cluster's GPU Operator HelmChart and RuntimeClasses from what its GPU nodes reported, and writes or
-removes the manifests in one module execution. The decisions are in plugin_utils/_cluster_step.py."""
+removes the manifests in one module execution. The decisions are in plugin_utils/cluster/_cluster_step.py."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ import base64
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _cluster_step as cluster_step
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _cluster_step as cluster_step
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_reading as node_reading
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_step as host_step
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _role_vars as role_vars
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _verify as verify
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_reading as node_reading
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
 

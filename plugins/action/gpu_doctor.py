@@ -5,7 +5,7 @@
 
 """The doctor playbook's report, on the controller: the node layers each host found (gpu_node_host phase doctor),
 the cluster's layers for the nodes whose node layers passed, one line per node, the layers that passed, a JSON report,
-and a failed task when a node is BROKEN (unless fail is false). The rules are in plugin_utils/_doctor.py."""
+and a failed task when a node is BROKEN (unless fail is false). The rules are in plugin_utils/diagnosis/_doctor.py."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import time
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _doctor as doctor
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _doctor as doctor
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _verify as verify
 
 
 class ActionModule(SpecAction):

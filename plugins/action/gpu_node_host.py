@@ -20,15 +20,15 @@ from ansible.utils.display import Display
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _doctor as doctor
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _configure as configure
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as device_plugin
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _doctor as doctor
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _restart as restart
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_reading as node_reading
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_step as host_step
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _restart as restart
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _role_vars as role_vars
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_reading as node_reading
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
 
 display = Display()

@@ -22,11 +22,11 @@ import base64
 from ansible.utils.display import Display
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _packages as packages
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_step as host_step
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_state as host_state
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _packages as packages
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _role_vars as role_vars
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, masked
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
 

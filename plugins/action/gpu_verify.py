@@ -8,7 +8,7 @@ API's objects (with a kubeconfig it checks it, then reads them itself) and says 
 `phase: wait` polls the smoke pods and their events (kubernetes.core.k8s_info) until each one has ended or is stuck in
 a way kubelet only retries; `phase: report` turns the pods, their events and logs into one line per node and
 RuntimeClass, naming the broken layer, and fails when anything did not pass. A kubeconfig that does not work, or
-kubernetes.core missing, fails the task with one line. The rules are in plugin_utils/_verify.py."""
+kubernetes.core missing, fails the task with one line. The rules are in plugin_utils/diagnosis/_verify.py."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import time
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _verify as verify
 
 POLL_SECONDS = 2
 # a pod stuck in one broken state this long is taken as broken: kubelet retries a failed pod sync after its pod

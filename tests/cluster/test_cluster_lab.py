@@ -234,7 +234,7 @@ def test_allocatable_is_the_gpu_count_and_one_more_stays_pending(cluster):
 
 def _chart_objects(cluster, tmp_path, settings):
     """Our device-plugin HelmChart for the lab node, rendered with NVIDIA's chart as helm-controller would."""
-    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as dp  # pylint: disable=import-outside-toplevel
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as dp  # pylint: disable=import-outside-toplevel
     from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts  # pylint: disable=import-outside-toplevel
     from ansible_collections.k3s_gpu.nvidia.tests import testbins  # pylint: disable=import-outside-toplevel
     from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading  # pylint: disable=import-outside-toplevel
@@ -327,7 +327,7 @@ def test_every_helmchart_the_collection_writes_is_created_with_k3s_crds(cluster,
 
 def _operator_objects(cluster):
     """The GPU Operator HelmCharts the collection writes for the lab's release: from the repository, air-gapped."""
-    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as operator  # pylint: disable=import-outside-toplevel
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _gpu_operator as operator  # pylint: disable=import-outside-toplevel
     from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules  # pylint: disable=import-outside-toplevel
     from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts  # pylint: disable=import-outside-toplevel
     from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading  # pylint: disable=import-outside-toplevel
@@ -463,7 +463,7 @@ def test_a_sandbox_that_kubelets_retry_brings_up_is_not_broken(cluster):
     """A sandbox that fails once (the handler's binary is away) comes up on kubelet's retry, and its
     FailedCreatePodSandBox event stays behind: verify's diagnosis goes by the pod, not by that event. kubelet retries
     after its back-off (10 s, capped at its syncFrequency: the lab's 5 s), plus up to 50% jitter."""
-    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify  # pylint: disable=import-outside-toplevel
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _verify as verify  # pylint: disable=import-outside-toplevel
     binary = os.path.join(clusterlab.LAB_DIR, "node", "usr", "bin", "nvidia-container-runtime")
     with open(os.path.join(clusterlab.LAB_DIR, "containerd", "config.toml"), encoding="utf-8") as handle:
         assert 'BinaryName = "%s"' % binary in handle.read()  # the nvidia handler runs this copy, the lab's own

@@ -27,7 +27,7 @@ import collections
 import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 from . import cases as engine_cases

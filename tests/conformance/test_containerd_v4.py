@@ -28,7 +28,7 @@ import tomllib
 import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
 
 from ansible_collections.k3s_gpu.nvidia.tests import testbins
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError

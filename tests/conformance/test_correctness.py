@@ -20,8 +20,8 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as check
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _template_check as check
 from ansible_collections.k3s_gpu.nvidia.tests.containerd_tables import CRUN, NVIDIA_CTK_V2, RUNC_SYSTEMD, default_runtime
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts

@@ -28,7 +28,7 @@ import tarfile
 import pytest
 import yaml
 
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as dp
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as dp
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.tests import testbins

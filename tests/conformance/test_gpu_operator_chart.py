@@ -22,7 +22,7 @@ import jsonschema
 import pytest
 import yaml
 
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as op
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _gpu_operator as op
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 # helm_render is a fixture: imported here, pytest finds it in this module too

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The Python model of Go's text/template (plugins/plugin_utils/_gotemplate.py) against Go itself.
+"""The Python model of Go's text/template (plugins/plugin_utils/containerd/_gotemplate.py) against Go itself.
 
 For every template of the corpus (tests/corpus) and a list of syntax cases, both render the same
 concrete data (the release's field set, typical values filled in, the detected runtimes) with the
@@ -17,9 +17,9 @@ import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gotemplate as gotemplate
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _gotemplate as gotemplate
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as check
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _template_check as check
 from ansible_collections.k3s_gpu.nvidia.tests.corpus import corpus
 from ansible_collections.k3s_gpu.nvidia.tests.oracle import goracle
 

@@ -107,3 +107,72 @@ def test_module_utils_holds_only_what_the_node_side_modules_import():
     present = {path.stem for path in (ROOT / "plugins" / "module_utils").glob("*.py")}
     assert present - needed == set(), "no node-side module imports these module_utils: move them to plugin_utils"
     assert needed - present == set()
+
+
+# The controller's four wings (plugins/plugin_utils/<wing>/) and what each may import of the others; the root of
+# plugin_utils holds only what every wing reads (NodeFacts, labels, release rules, SpecAction) and imports no wing.
+PLUGIN_UTILS = COLLECTION + ".plugins.plugin_utils"
+WINGS = ("containerd", "role", "cluster", "diagnosis")
+MAY_IMPORT = {
+    "containerd": (),  # the engine stands alone
+    "cluster": ("containerd",),  # it reads the writer's node as the engine does
+    "role": ("containerd", "cluster"),
+    "diagnosis": ("containerd", "cluster"),
+    "root": (),
+}
+
+
+def _wing_of_module(name):
+    """The wing of a dotted plugin_utils module name ("root" for one at plugin_utils' top), else None."""
+    if not name.startswith(PLUGIN_UTILS + "."):
+        return None
+    part = name[len(PLUGIN_UTILS) + 1:].split(".")[0]
+    return part if part in WINGS else "root"
+
+
+def _plugin_utils_files():
+    for path in sorted((ROOT / "plugins" / "plugin_utils").rglob("*.py")):
+        wing = path.relative_to(ROOT / "plugins" / "plugin_utils").parts[0]
+        yield path, wing if wing in WINGS else "root"
+
+
+def test_every_wing_imports_only_what_it_may():
+    found = []
+    for path, wing in _plugin_utils_files():
+        for line, name in _collection_imports(path):
+            other = _wing_of_module(name)
+            if other not in (None, "root", wing) and other not in MAY_IMPORT[wing]:
+                found.append("%s:%d (%s) imports %s (%s)" % (path.relative_to(ROOT), line, wing, name, other))
+    assert not found, "a wing imports a wing it may not (MAY_IMPORT):\n" + "\n".join(found)
+
+
+def test_plugin_utils_has_only_the_four_wings_and_the_shared_root():
+    directories = sorted(p.name for p in (ROOT / "plugins" / "plugin_utils").iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert directories == sorted(WINGS)
+
+
+def test_no_import_circle_between_plugin_utils_modules():
+    imported = {}
+    for path, _wing in _plugin_utils_files():
+        name = ".".join([PLUGIN_UTILS] + list(path.relative_to(ROOT / "plugins" / "plugin_utils").with_suffix("").parts))
+        imported[name] = set(n for _line, n in _collection_imports(path))
+    modules = set(imported)
+    # `from module import Name` names Name: it points at the module
+    edges = dict((m, set(t if t in modules else t.rsplit(".", 1)[0] for t in targets) & modules)
+                 for m, targets in imported.items())
+    done, stack, circles = set(), [], []
+
+    def visit(node):
+        if node in stack:
+            circles.append(stack[stack.index(node):] + [node])
+            return
+        if node in done:
+            return
+        stack.append(node)
+        for target in sorted(edges[node]):
+            visit(target)
+        stack.pop()
+        done.add(node)
+    for module in sorted(modules):
+        visit(module)
+    assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)

@@ -13,7 +13,7 @@ import os
 
 import yaml
 
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _role_vars as role_vars
 
 ROLE = os.path.dirname(os.path.dirname(role_vars.SPEC_FILE))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.action.action_harness import host_step

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _verify as verify
 from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins import kubeconfig_lab as lab
 from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils.test__doctor import healthy
 

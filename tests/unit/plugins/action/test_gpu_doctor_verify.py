@@ -19,8 +19,8 @@ from ansible.errors import AnsibleActionFail
 
 from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_doctor
 from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_verify
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _doctor as doctor
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _doctor as doctor
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _verify as verify
 from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins import kubeconfig_lab as lab
 from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.action.action_harness import make_action
 

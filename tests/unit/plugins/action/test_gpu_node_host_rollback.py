@@ -15,7 +15,7 @@ from __future__ import annotations
 from unittest import mock
 
 from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_node_host as action_plugin
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_state as host_state
 
 TEMPLATE = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"
 DROPIN = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml"

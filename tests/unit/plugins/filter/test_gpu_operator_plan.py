@@ -12,7 +12,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.k3s_gpu.nvidia.plugins.filter.gpu_operator_plan import FilterModule
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as op
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _gpu_operator as op
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading
 

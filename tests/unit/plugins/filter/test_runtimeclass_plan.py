@@ -14,7 +14,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.k3s_gpu.nvidia.plugins.filter.runtimeclass_manifest import FilterModule as ManifestFilters
 from ansible_collections.k3s_gpu.nvidia.plugins.filter.runtimeclass_plan import FilterModule as PlanFilters
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as rc
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _runtimeclasses as rc
 
 plan_filter = PlanFilters().filters()["runtimeclass_plan"]
 manifest_filter = ManifestFilters().filters()["runtimeclass_manifest"]

@@ -16,9 +16,9 @@ import pytest
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _configure as configure
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_write as node_write
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_reading as node_reading
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _configure as configure
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_write as node_write
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_reading as node_reading
 from ansible_collections.k3s_gpu.nvidia.plugins.modules import runtime_info
 
 

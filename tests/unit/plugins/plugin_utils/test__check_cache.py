@@ -10,10 +10,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _check_cache as check_cache
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _check_cache as check_cache
 
 PLUGINS = Path(__file__).resolve().parents[4] / "plugins"
-_IMPORT = re.compile(r"ansible_collections\.k3s_gpu\.nvidia\.plugins\.(module_utils|plugin_utils)(?: import |\.)(_\w+)")
+# a module of the collection as its path under plugins/ (a wing is a sub-package of plugin_utils)
+_IMPORT = re.compile(r"ansible_collections\.k3s_gpu\.nvidia\.plugins\.(module_utils|plugin_utils(?:\.[a-z]+)?)(?: import |\.)(_\w+)")
 
 
 def _closure(start):
@@ -24,12 +25,12 @@ def _closure(start):
             continue
         seen.add(name)
         text = (PLUGINS / name).read_text(encoding="utf-8")
-        todo.extend("%s/%s.py" % match for match in _IMPORT.findall(text))
+        todo.extend("%s/%s.py" % (package.replace(".", "/"), module) for package, module in _IMPORT.findall(text))
     return seen
 
 
 def test_engine_files_are_the_template_checks_import_closure():
-    assert sorted(check_cache._ENGINE_FILES) == sorted(_closure("plugin_utils/_template_check.py"))
+    assert sorted(check_cache._ENGINE_FILES) == sorted(_closure("plugin_utils/containerd/_template_check.py"))
 
 
 def test_fingerprint_depends_on_every_input():

@@ -20,9 +20,9 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.modules import node_files
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_write as node_write
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_write as node_write
 from ansible_collections.k3s_gpu.nvidia.tests.containerd_tables import CRUN, NVIDIA_CTK_V2, RUNC_SYSTEMD, default_runtime
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts

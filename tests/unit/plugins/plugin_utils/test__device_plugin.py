@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as dp
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as dp
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils.helmchart_checks import documents, helmchart_schema, valid_helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError

@@ -17,8 +17,8 @@ import yaml
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as op
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_plan as host_plan
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _gpu_operator as op
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_plan as host_plan
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils.helmchart_checks import FIXTURES, documents, helmchart_schema, valid_helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
@@ -105,8 +105,8 @@ def test_operator_mode_with_the_operators_toolkit_in_place(sandbox):
 
 
 def test_operator_mode_removes_the_host_toolkit_on_a_real_root(sandbox):
-    plan = host_plan.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("package",))), "operator", toolkit_install=True, live=True,
-                        default_runtime="nvidia")
+    plan = host_plan.plan_node(NodeFacts.from_reading(facts_of(sandbox, ("package",))), "operator", toolkit_install=True,
+                               live=True, default_runtime="nvidia")
     assert plan["remove_host_toolkit"] is True and plan["install_toolkit"] is False
     # the host's nvidia goes away with its packages: the default waits for the operator's
     assert plan["default_runtime"] == "" and len(plan["pending"]) == 1
@@ -433,8 +433,8 @@ def test_plan_host_leaves_a_host_without_a_gpu_alone(sandbox):
 
 
 def test_plan_host_on_a_gpu_node(sandbox):
-    decided = host_plan.first_decision(NodeFacts.from_reading(gpu_facts(sandbox)), dict(HOST_SETTINGS, mode="operator", toolkit_install=True,
-                                                                            default_runtime="nvidia"), host="gpu1")
+    decided = host_plan.first_decision(NodeFacts.from_reading(gpu_facts(sandbox)), dict(
+        HOST_SETTINGS, mode="operator", toolkit_install=True, default_runtime="nvidia"), host="gpu1")
     assert decided["selected"] and decided["live"]
     assert decided["mode"]["remove_host_toolkit"] is True
     assert decided["result"]["mode"] == "operator" and decided["result"]["pending"] == decided["messages"]
@@ -463,7 +463,7 @@ def test_a_refusal_passes_its_fix_apart(sandbox):
     """The doctor and a task's `error` read the fix apart: the cause has no fix sentence, the fix ends the message."""
     with pytest.raises(K3sGpuError) as caught:
         host_plan.plan_node(NodeFacts.from_reading(facts_of(sandbox)), "operator", operator_driver=True, driver_install=True,
-                     host="gpu1")
+                            host="gpu1")
     error = caught.value
     assert error.cause.endswith("two owners for the kernel module") and "Set " not in error.cause
     assert error.fix.startswith("set gpu_node_operator_driver=false (the operator uses the host driver)")
@@ -472,7 +472,7 @@ def test_a_refusal_passes_its_fix_apart(sandbox):
     facts = gpu_facts(sandbox)
     with pytest.raises(K3sGpuError) as caught:
         host_plan.first_decision(NodeFacts.from_reading(facts), dict(HOST_SETTINGS, driver_install=True, local_connection=True),
-                     host="gpu1")
+                                 host="gpu1")
     error = caught.value
     assert error.cause.endswith("the role does not reboot the machine that runs Ansible")
     assert "Set " not in error.cause and "Nothing was changed" not in error.cause

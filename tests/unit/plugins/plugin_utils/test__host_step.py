@@ -17,9 +17,9 @@ import pytest
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 
 RELEASE = "v1.34.6+k3s1"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _restart as restart
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_state as host_state
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _restart as restart
 
 LOADED = {"path": "/run/k3s/containerd/config.toml", "runtimes": ["runc", "nvidia", "nvidia-cdi"]}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _role_vars as role_vars
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 SECRET_URL = "http://alice:S3cr3t@proxy:3128"

@@ -23,7 +23,7 @@ import socket
 import pytest
 import yaml
 
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as rc
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _runtimeclasses as rc
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading

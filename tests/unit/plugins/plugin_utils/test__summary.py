@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _summary as summary
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _summary as summary
 
 CONFIGURED = {
     "status": "configured", "reason": "", "distribution": "k3s", "release": "v1.33.10+k3s1", "changed": True,
@@ -107,7 +107,7 @@ def test_a_failed_cluster_says_why():
 
 
 def test_a_result_registered_by_the_restart_handler_keeps_what_the_host_step_changed():
-    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _summary as summary_rows
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _summary as summary_rows
     base = {"status": "configured", "distribution": "k3s", "release": "v1.33.10+k3s1"}
     would = summary_rows.row("gpu", dict(base, changed=False, host_changed=True), check_mode=True)
     assert would["would_change"] and would["restart_needed"]

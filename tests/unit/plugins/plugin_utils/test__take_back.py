@@ -17,11 +17,10 @@ import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_write as node_write
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_step as host_step
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_write as node_write
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 
 RELEASE = "v1.32.2+k3s1"  # containerd 2.0, no drop-ins: the user's template is edited in place

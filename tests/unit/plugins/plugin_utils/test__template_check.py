@@ -17,10 +17,10 @@ import pytest
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gotemplate as gotemplate
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _gotemplate as gotemplate
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as check
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _template_check as check
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 V3 = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
@@ -204,7 +204,7 @@ def test_every_code_is_in_the_outcome_table_with_its_outcome():
 
 
 def test_the_role_refuses_before_installing_the_toolkit(sandbox):
-    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_step as host_step
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_step as host_step
     from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
     settings = {"force": True, "root": "/", "mode": "host", "operator_toolkit": True, "operator_driver": "auto",
                 "toolkit_install": True, "driver_install": False, "driver_reboot": "if_needed", "default_runtime": "",

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 
@@ -315,7 +315,7 @@ def test_handler_labels_take_over_the_roles_old_labels_file(sandbox):
 
 
 def test_handler_labels_use_the_prefix_runtimeclasses_select():
-    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as rc
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _runtimeclasses as rc
     plan = {"write": [{"name": "nvidia-legacy"}], "skip": [{"name": "nvidia"}, {"name": "crun"}]}
     assert changes.node_labels(plan) == ["%s=true" % rc.handler_label("nvidia"), "%s=true" % rc.handler_label("nvidia-legacy")]
 

@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _verify as verify
 
 CLASSES = [{"metadata": {"name": "nvidia"}, "handler": "nvidia"}, {"metadata": {"name": "nvidia-cdi"}, "handler": "nvidia-cdi"},
            {"metadata": {"name": "crun"}, "handler": "crun"}]

@@ -15,7 +15,7 @@ import socket
 import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _verify as verify
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _verify as verify
 from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins import kubeconfig_lab as lab
 
 

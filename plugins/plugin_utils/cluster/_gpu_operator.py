@@ -27,10 +27,10 @@ from collections.abc import Mapping
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import line_key, type_name
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _helmchart as helmchart
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _helmchart as helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _merge as merge
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _runtimeclasses as runtimeclasses
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 MODE_HOST = "host"

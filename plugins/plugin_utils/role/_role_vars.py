@@ -33,10 +33,11 @@ from ansible.module_utils.parsing.convert_bool import BOOLEANS, boolean
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_var_checks as checks
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _role_var_checks as checks
 
-SPEC_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))),
-                         "roles", "gpu_node", "meta", "argument_specs.yml")
+# the collection's root: plugins/plugin_utils/role/../../..
+_COLLECTION = os.path.realpath(os.path.join(os.path.dirname(os.path.realpath(__file__)), os.pardir, os.pardir, os.pardir))
+SPEC_FILE = os.path.join(_COLLECTION, "roles", "gpu_node", "meta", "argument_specs.yml")
 PREFIX = "gpu_node_"
 # what the role sets itself (facts of its results), never a setting
 ROLE_FACTS = ("gpu_node_result", "gpu_node_reboot_required")

@@ -15,8 +15,8 @@ __metaclass__ = type
 import posixpath
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _manifest_yaml as manifest_yaml
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _manifest_yaml as manifest_yaml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _runtimeclasses as runtimeclasses
 
 API_VERSION = "helm.cattle.io/v1"
 KIND = "HelmChart"

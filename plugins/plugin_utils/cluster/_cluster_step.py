@@ -22,11 +22,11 @@ import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gpu_operator as gpu_operator
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as device_plugin
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_reading as node_reading
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_reading as node_reading
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 GPU_OPERATOR = "gpu_operator"
@@ -184,7 +184,7 @@ def node_reports(hosts, host_vars, read_node_vars):
 def playbook_reading(host, reading):
     """The runtimeclasses playbook's reading of a host (its READING_VAR, gpu_cluster's read phase) as a NodeFacts."""
     return NodeFacts.from_reading(reading, "%s: %s" % (host, READING_VAR), "the runtimeclasses playbook "
-                                             "registers it from gpu_cluster's read phase: leave it as it is")
+                                  "registers it from gpu_cluster's read phase: leave it as it is")
 
 
 def earlier_handlers(manifest_text):

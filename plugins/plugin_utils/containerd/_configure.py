@@ -19,10 +19,10 @@ from ansible import constants as C
 from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import CONTAINERD_RUNTIMES_SPEC
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes_engine
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _check_cache as check_cache
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_reading as node_reading
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _node_write as node_write
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes_engine
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _check_cache as check_cache
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_reading as node_reading
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_write as node_write
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 

@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import UNCHANGED, NodeFacts
 
+
 @dataclass(frozen=True)
 class Mode:
     """What the role does on the node before containerd is configured (_host_plan.plan_node, or the take-back)."""

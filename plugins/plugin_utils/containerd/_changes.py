@@ -20,8 +20,8 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as pla
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _merge as merge
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _template_check as template_check
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _template_check as template_check
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 _TEMPLATES = ("template_v3", "template_v2")

@@ -29,7 +29,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import unquoted_find
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml_read as toml_read
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml_read as toml_read
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, several
 
 MANAGED_HEADER = "# Managed by Ansible: k3s_gpu.nvidia.containerd_runtimes rewrites the runtime tables in this file."

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import is_list, type_name
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _manifest_yaml as manifest_yaml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _manifest_yaml as manifest_yaml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._labels import (  # noqa: F401 (read through this module too)
     DNS1123_LABEL, HANDLER_LABEL_PREFIX, HANDLER_LABEL_VALUE, MANAGED_BY, MANAGED_BY_LABEL, NVIDIA_HANDLERS, check_node_selector)
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules

@@ -26,15 +26,15 @@ import tempfile
 # The check's code: _template_check and every module of the collection it imports, directly or not
 # (plugins/ relative). A new import of the engine belongs here, or a stale verdict could be reused.
 _ENGINE_FILES = (
-    "plugin_utils/_check_cache.py", "plugin_utils/_gotemplate.py", "plugin_utils/_release_rules.py",
-    "plugin_utils/_template_check.py", "plugin_utils/_toml.py", "plugin_utils/_toml_read.py",
+    "plugin_utils/containerd/_check_cache.py", "plugin_utils/containerd/_gotemplate.py", "plugin_utils/_release_rules.py",
+    "plugin_utils/containerd/_template_check.py", "plugin_utils/containerd/_toml.py", "plugin_utils/containerd/_toml_read.py",
     "module_utils/_distro.py", "module_utils/_errors.py", "module_utils/_k3s_base.py", "module_utils/_plan.py", "module_utils/_values.py",
 )
 
 
 def _engine_digest():
     digest = hashlib.sha256()
-    plugins = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    plugins = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # plugin_utils/containerd/..
     for name in _ENGINE_FILES:
         with open(os.path.join(plugins, *name.split("/")), "rb") as handle:
             digest.update(handle.read())

@@ -17,7 +17,7 @@ from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
 
 # owner/group/mode/SELinux options of the task, passed on to every file it writes
 _NOT_FILE_ARGS = ("src", "follow", "force", "content", "backup", "remote_src", "regexp", "delimiter", "directory_mode")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 
@@ -58,8 +58,8 @@ def typed(reading, source):
     runtime_info's result."""
     if source == "node_facts":
         return NodeFacts.from_reading(reading, "{node_facts}", "pass the registered result of "
-                                                 "k3s_gpu.nvidia.runtime_info (include_content: true), unchanged",
-                                                 "node_facts")
+                                      "k3s_gpu.nvidia.runtime_info (include_content: true), unchanged",
+                                      "node_facts")
     return NodeFacts.from_reading(reading, "runtime_info's reading of the node", "")
 
 

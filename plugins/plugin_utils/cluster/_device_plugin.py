@@ -34,10 +34,10 @@ from typing import Optional, Tuple
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import line_key, type_name
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _helmchart as helmchart
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _manifest_yaml as manifest_yaml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _helmchart as helmchart
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _manifest_yaml as manifest_yaml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _runtimeclasses as runtimeclasses
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 # Also the Helm release name: it contains the chart name, so the chart names its objects
@@ -568,13 +568,13 @@ def render_manifest(plan):
 
 # the gpu_node role's device plugin variables (read without the gpu_node_ prefix) -> the settings of this module
 ROLE_SETTINGS = (("device_plugin_chart_version", "chart_version"), ("device_plugin_chart_repo", "chart_repo"),
-                          ("device_plugin_chart_archive", "chart_archive"), ("device_plugin_namespace", "namespace"),
-                          ("device_plugin_runtime_class", "runtime_class"),
-                          ("device_plugin_device_list_strategy", "device_list_strategy"),
-                          ("device_plugin_device_discovery_strategy", "device_discovery_strategy"),
-                          ("device_plugin_mig_strategy", "mig_strategy"), ("device_plugin_gfd", "gfd"),
-                          ("device_plugin_image_registry", "image_registry"), ("gpu_sharing", "sharing"),
-                          ("device_plugin_configs", "configs"))
+                 ("device_plugin_chart_archive", "chart_archive"), ("device_plugin_namespace", "namespace"),
+                 ("device_plugin_runtime_class", "runtime_class"),
+                 ("device_plugin_device_list_strategy", "device_list_strategy"),
+                 ("device_plugin_device_discovery_strategy", "device_discovery_strategy"),
+                 ("device_plugin_mig_strategy", "mig_strategy"), ("device_plugin_gfd", "gfd"),
+                 ("device_plugin_image_registry", "image_registry"), ("gpu_sharing", "sharing"),
+                 ("device_plugin_configs", "configs"))
 
 
 # the role variables of the device plugin, as the host step (node labels) and the cluster step (HelmChart) read them

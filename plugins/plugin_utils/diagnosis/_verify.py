@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, clause
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 
 GPU_RESOURCE = device_plugin.RESOURCE_NAME

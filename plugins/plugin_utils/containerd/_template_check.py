@@ -25,10 +25,10 @@ import tomllib
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import several
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _gotemplate as gotemplate
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _gotemplate as gotemplate
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml as toml
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _toml_read as toml_read
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml_read as toml_read
 
 REFUSE = "refuse"
 WARN = "warn"
@@ -361,7 +361,7 @@ def check(text, path, facts, schema, default_runtime=None, after_install=None, t
     if cache is None:
         return _check(text, path, facts, schema, default_runtime, after_install, target_profile, target_detected,
                       normalize, profile, ours, light, base)
-    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _check_cache as check_cache
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _check_cache as check_cache
     after = after_install if after_install is not None else after_install_runtimes(facts, profile)
     key = check_cache.fingerprint(
         text=text, path=path, schema=schema, default_runtime=default_runtime, after=after,

@@ -13,12 +13,12 @@ import re
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, clause
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _changes as changes_engine
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _device_plugin as device_plugin
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_plan as host_plan
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _host_state as host_state
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes_engine
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as device_plugin
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_plan as host_plan
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _role_vars as role_vars
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _role_vars as role_vars
 
 # the module options the role's variables feed (runtime_info, containerd_runtimes): an error that names an option
 # names the variable the role's user sets instead
