@@ -21,7 +21,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_s
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _role_vars as role_vars
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _verify as verify
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_reading as node_reading
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, ended
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
 
 
@@ -43,7 +43,7 @@ class ActionModule(SpecAction):
                 return self._inspect(result, args, task_vars)
             return self._apply(result, args, task_vars)
         except K3sGpuError as exc:
-            result.update(failed=True, changed=False, msg="%s. Nothing was changed." % str(exc))
+            result.update(failed=True, changed=False, msg=ended(str(exc)))
             return result
         finally:
             if phase != "plan":

@@ -18,7 +18,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.utils.display import Display
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import NOTHING_CHANGED, K3sGpuError, ended
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as device_plugin
@@ -63,8 +63,8 @@ def _read_node(execute_module, settings, distribution, release):
 
 
 def _reading_failed(result, host, reading, ending):
-    """A failed reading as the role reports it: the module's message in the role's variable names."""
-    return host_step.failed(result, "%s: %s%s" % (host, host_step.role_message(reading), ending))
+    """A failed reading as the role reports it: the module's message in the role's variable names, and its ending once."""
+    return host_step.failed(result, ended("%s: %s" % (host, host_step.role_message(reading)), ending))
 
 
 class ActionModule(SpecAction):
@@ -84,7 +84,7 @@ class ActionModule(SpecAction):
                                       else RESTART_VARS if phase == "restart" else READ_VARS + PLAN_VARS + CONFIGURE_VARS + DEVICE_PLUGIN_VARS)
             result["settings"] = host_step.task_settings(settings, task_vars, self._templar.template)  # the role's tasks read these
         except K3sGpuError as exc:
-            return host_step.failed(result, "%s: %s. Nothing was changed." % (task_vars.get("inventory_hostname"), exc))
+            return host_step.failed(result, ended("%s: %s" % (task_vars.get("inventory_hostname"), exc)))
         warnings = result.setdefault("warnings", [])
         if phase == "plan":
             warnings.extend(role_vars.unknown_variables(task_vars))
@@ -97,7 +97,7 @@ class ActionModule(SpecAction):
                 try:
                     state = host_state.HostState.from_result(args["node"], "the argument node")
                 except K3sGpuError as exc:
-                    return host_step.failed(result, "%s: %s. Nothing was changed." % (self._host, exc))
+                    return host_step.failed(result, ended("%s: %s" % (self._host, exc)))
             if phase == "plan":
                 return self._plan(result, settings, task_vars, execute_module)
             if phase == "reread":
@@ -120,7 +120,7 @@ class ActionModule(SpecAction):
             result["release_from"] = settings["release_from"]
         reading = _read_node(execute_module, settings, settings["distribution"], settings["release"] or None)
         if reading.get("failed"):
-            return _reading_failed(result, host, reading, ". Nothing was changed.")
+            return _reading_failed(result, host, reading, NOTHING_CHANGED)
         result["warnings"].extend(reading.pop("warnings", None) or [])
         facts = NodeFacts.from_reading(reading)
         plan_settings = dict((k, settings[k]) for k in (
@@ -133,7 +133,7 @@ class ActionModule(SpecAction):
             if plan.selected:
                 host_step.device_plugin_labels(settings, host)  # the sharing settings refused before any install
         except K3sGpuError as exc:
-            return host_step.failed(result, "%s. Nothing was changed." % str(exc))
+            return host_step.failed(result, ended(str(exc)))
         for message in plan.messages:
             display.display(message)
         cdi = host_step.cdi_due(facts, plan, settings)
@@ -206,7 +206,7 @@ class ActionModule(SpecAction):
         try:
             params = self._configure_params(settings, facts, plan)
         except K3sGpuError as exc:
-            return host_step.failed(result, "%s. Nothing was changed." % str(exc))
+            return host_step.failed(result, ended(str(exc)))
         validated = ArgumentSpecValidator(configure.SPEC).validate(params)
         if validated.error_messages:
             # the role's variables were checked by the role's spec (gpu_node_runtimes by the module's own): not the user's
@@ -339,7 +339,7 @@ class ActionModule(SpecAction):
                                             "get (for example v1.35.3+k3s1 or v1.35.3+rke2r1). Nothing was checked.")
         reading = _read_node(execute_module, settings, settings["distribution"], settings["release"] or None)
         if reading.get("failed"):
-            return _reading_failed(result, host, reading, ". Nothing was checked.")
+            return _reading_failed(result, host, reading, "Nothing was checked.")
         result["warnings"].extend(reading.pop("warnings", None) or [])
         facts = NodeFacts.from_reading(reading)
         if facts.distribution not in (distro.K3S, distro.RKE2):
@@ -362,7 +362,7 @@ class ActionModule(SpecAction):
                 else "no containerd template on the node, nothing to render for the target release")
         display.display("%s: %s: %s" % (host, report["release"], "; ".join(problems) if problems else fine))
         if fail and problems:
-            host_step.failed(result, "%s: %s. Nothing was changed." % (host, "; ".join(problems)))
+            host_step.failed(result, ended("%s: %s" % (host, "; ".join(problems))))
         return result
 
     def _restart(self, result, settings, task_vars, execute_module):

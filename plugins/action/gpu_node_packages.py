@@ -50,8 +50,9 @@ INITRAMFS = {packages.APT: (["update-initramfs", "-u"], "/usr/sbin/update-initra
 _SUBJECT_ARGS = ("argv", "name", "url", "src", "dest", "path")
 
 
-class StepFailed(Exception):
-    """A module failed; the result says why, the module and its arguments say where."""
+class StepFailed(K3sGpuError):
+    """A module failed; the result says why (the cause, kept whole in `result`), the module and its arguments say
+    where."""
 
     def __init__(self, result, module="", module_args=None):
         super(StepFailed, self).__init__(result.get("msg") or "")
@@ -87,15 +88,14 @@ class ActionModule(SpecAction):
                 outcome = self._driver(settings, facts, packages.driver_source(settings, facts, family, self._host))
             else:
                 outcome = self._install(packages.toolkit_source(settings, family, self._host))
+        except StepFailed as exc:  # before K3sGpuError, which it is: the step and its module's own message
+            changed = self._changed
+            host_step.failed(result, "%s: %s failed: %s" % (self._host, exc.step, exc.reason()))
+            result["changed"] = changed  # what was written before the failure stays written
+            return result
         except K3sGpuError as exc:
             changed = self._changed
             host_step.failed(result, str(exc))
-            result["changed"] = changed  # what was written before the failure stays written
-            return result
-        except StepFailed as exc:
-            # the step and its module's own message; not the module's whole result
-            changed = self._changed
-            host_step.failed(result, "%s: %s failed: %s" % (self._host, exc.step, exc.reason()))
             result["changed"] = changed  # what was written before the failure stays written
             return result
         finally:

@@ -133,3 +133,20 @@ def _json(value):
 def guarded(text):
     """A message as the collection shows it: URL passwords masked, a value pasted in whole cut to its start and length."""
     return cut(_PASTED.sub(lambda pasted: cut(pasted.group(0)), masked(text)), _MESSAGE_CHARACTERS)
+
+
+# the ending that says a refusal left the node as it was, however a raise site or a module phrased it
+NOTHING_CHANGED = "Nothing was changed."
+_ENDING = re.compile(r"(?i)\bnothing was (changed|written)\b[^;]*$")
+
+
+def has_ending(text):
+    """Whether a message already ends by saying that nothing was changed or written (in its last clause)."""
+    return bool(_ENDING.search(str(text or "").strip()))
+
+
+def ended(text, ending=NOTHING_CHANGED):
+    """A refusal's message with its ending, once: `ending` is added only where the message does not already end with
+    one (a raise site's fix may say "nothing was written"; the action says "Nothing was changed." for the rest)."""
+    text = clause(text)
+    return "%s." % text if has_ending(text) else "%s. %s" % (text, ending)

@@ -208,6 +208,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._detect import NodeFS
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._specs import NODE_FILES_SPEC
 
 _ATTRIBUTE_KEYS = ("mode", "owner", "group", "seuser", "serole", "setype", "selevel", "attributes", "unsafe_writes")
@@ -228,8 +229,15 @@ _OS_FIXES = {
 }
 
 
-class NodeFileError(Exception):
-    pass
+class NodeFileError(K3sGpuError):
+    """A file that cannot be written as asked (the collection's one error type); its message is kept as written."""
+
+    def __init__(self, message):
+        super(NodeFileError, self).__init__(message)
+        self.message = message
+
+    def __str__(self):
+        return self.message
 
 
 class Undo:

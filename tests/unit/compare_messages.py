@@ -5,7 +5,8 @@
 """Compare two recordings of the unit suite's messages (K3S_GPU_MESSAGES=<file> pytest tests/unit): every message one
 head renders that the other does not, after what differs from run to run (temporary paths, ports, times) is masked.
 
-Run: python tests/unit/compare_messages.py BEFORE.jsonl AFTER.jsonl
+Run: python tests/unit/compare_messages.py BEFORE.jsonl AFTER.jsonl [--rendered]
+(--rendered: only what a user reads, the failed actions' and modules' messages, not every error the code raises)
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ _VARYING = [
 ]
 
 
-def load(path):
+def load(path, kinds=None):
     out = collections.Counter()
     with open(path) as handle:
         for line in handle:
             entry = json.loads(line)
+            if kinds and entry["kind"] not in kinds:
+                continue
             text = entry["text"]
             for pattern, replacement in _VARYING:
                 text = pattern.sub(replacement, text)
@@ -37,8 +40,9 @@ def load(path):
     return out
 
 
-def main(before_path, after_path):
-    before, after = load(before_path), load(after_path)
+def main(before_path, after_path, *options):
+    kinds = ("action", "module") if "--rendered" in options else None
+    before, after = load(before_path, kinds), load(after_path, kinds)
     gone, new = before - after, after - before
     for (test, kind, text), count in sorted(gone.items()):
         print("- %s [%s] x%d: %s" % (test, kind, count, text))
@@ -50,4 +54,4 @@ def main(before_path, after_path):
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:3]))
+    sys.exit(main(*sys.argv[1:]))

@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import unquoted_find
 
 # --- errors -------------------------------------------------------------------------------------
 
 
-class TemplateError(Exception):
-    """Where Go's parser or executor fails. code: parse_error, unknown_function, unknown_template,
-    missing_field, exec_error; line: 1-based line of the template text."""
+class TemplateError(K3sGpuError):
+    """Where Go's parser or executor fails (the collection's one error type: the message is its cause). code:
+    parse_error, unknown_function, unknown_template, missing_field, exec_error; line: 1-based line of the template
+    text; message: Go's own words, as the template check quotes them."""
 
     def __init__(self, code, line, message, name="main"):
         super().__init__(message)
