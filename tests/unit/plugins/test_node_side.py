@@ -117,7 +117,7 @@ MAY_IMPORT = {
     "containerd": (),  # the engine stands alone
     "cluster": ("containerd",),  # it reads the writer's node as the engine does
     "role": ("containerd", "cluster"),
-    "diagnosis": ("containerd", "cluster"),
+    "diagnosis": ("containerd", "cluster", "role"),  # the doctor checks the node against what the role would do
     "root": (),
 }
 

@@ -16,6 +16,8 @@ import shutil
 from unittest import mock
 
 from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_cluster, gpu_node_host
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _restart as restart
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.action.action_harness import (
     RELEASE, cluster_plan, host_step, make, run_node_module)
 
@@ -79,8 +81,8 @@ def test_options_the_host_step_got_wrong_are_reported_as_its_defect(sandbox):
     # cannot happen from the user's variables (the tests above): the options the step builds are checked all the same
     sandbox.k3s("k3s", "package")
     before = sandbox.snapshot()
-    strict = dict(gpu_node_host.configure.SPEC, state=dict(type="str", choices=["gone"]))
-    with mock.patch.object(gpu_node_host.configure, "SPEC", strict):
+    strict = dict(configure.SPEC, state=dict(type="str", choices=["gone"]))
+    with mock.patch.object(configure, "SPEC", strict):
         result = host_step(sandbox)
     refused(result, "gpu1: the host step built options that containerd_runtimes refuses (", "value of state must be one of: gone, got: present",
             "a defect of k3s_gpu.nvidia, please report it. Nothing was changed.")
@@ -210,7 +212,7 @@ def test_the_restart_handler_without_the_host_steps_state_restarts_nothing(sandb
 def test_a_restart_that_systemd_refuses_is_named_with_its_message(sandbox):
     sandbox.k3s("k3s", "package")
     sandbox.write("/etc/systemd/system/k3s.service", "[Service]\nExecStart=/usr/local/bin/k3s server\n")
-    with mock.patch.object(gpu_node_host.restart, "notified", return_value=True):
+    with mock.patch.object(restart, "notified", return_value=True):
         planned = host_step(sandbox)
         configured = host_step(sandbox, {"phase": "configure", "node": planned["node"]})
     assert configured["changed"] and not configured.get("failed"), configured.get("msg")
@@ -224,7 +226,7 @@ def test_a_restart_that_systemd_refuses_is_named_with_its_message(sandbox):
 
     action = make(gpu_node_host, {"phase": "restart"})
     action._execute_module = execute_module
-    with mock.patch.object(gpu_node_host.restart, "why_not", return_value=None):
+    with mock.patch.object(restart, "why_not", return_value=None):
         result = action.run(task_vars={"inventory_hostname": "gpu1", "gpu_node_root": sandbox.root,
                                        "gpu_node_release": RELEASE, "gpu_node_result": configured})
     assert result["failed"] and result["msg"] == (

@@ -18,6 +18,7 @@ import pytest
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_cluster, gpu_node_host
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _restart as restart
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _cluster_step as cluster_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _role_vars as role_vars
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _summary as summary
@@ -91,7 +92,7 @@ def test_a_change_that_can_be_restarted_is_written_by_the_configure_task(sandbox
     handler); a second run decides nothing is due."""
     sandbox.k3s("k3s", "package")
     before = sandbox.snapshot()
-    with mock.patch.object(gpu_node_host.restart, "notified", return_value=True):
+    with mock.patch.object(restart, "notified", return_value=True):
         first = host_step(sandbox)
         assert not first.get("failed"), first.get("msg")
         assert first["configure_due"] is True and first["changed"] is False and "diff" not in first

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from unittest import mock
 
-from ansible_collections.k3s_gpu.nvidia.plugins.action import gpu_node_host as action_plugin
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _handler as handler
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_phases as phases
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_state as host_state
 
 TEMPLATE = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"
@@ -29,11 +30,10 @@ def roll_back(files, failing=()):
         calls.append((name, args))
         return {"failed": True, "msg": "boom"} if name in failing else {"changed": True}
 
-    action = action_plugin.ActionModule(mock.MagicMock(), mock.MagicMock(), mock.MagicMock(), mock.MagicMock(),
-                                        mock.MagicMock(), mock.MagicMock())
-    action._host = "gpu1"  # pylint: disable=protected-access
+    task = phases.HostTask(host="gpu1", check_mode=False, diff=False, template=mock.MagicMock(), display=mock.MagicMock(),
+                           execute_module=execute_module)
     result = {}
-    action._roll_back(result, host_state.Changes(files=files), "k3s-agent", ["k3s-agent did not become active"],  # pylint: disable=protected-access
+    handler.roll_back(task, result, host_state.Changes(files=files), "k3s-agent", ["k3s-agent did not become active"],
                       execute_module)
     return result, calls
 
