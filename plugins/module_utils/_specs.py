@@ -56,7 +56,7 @@ CONTAINERD_RUNTIMES_SPEC = dict(
 # k3s_gpu.nvidia.node_files: one entry per file
 NODE_FILE_SPEC = dict(
     path=dict(type="path", required=True),
-    state=dict(type="str", default="file", choices=["file", "absent"]),
+    state=dict(type="str", default="file", choices=["file", "absent", "tidy"]),
     content=dict(type="str"),
     expected_state=dict(type="str", choices=["absent", "file"]),
     expected_sha1=dict(type="str"),

@@ -61,10 +61,11 @@ options:
       state:
         description:
           - V(file) writes O(files[].content) (or, without it, only sets the attributes of an existing file);
-            V(absent) removes the file.
+            V(absent) removes the file; V(tidy) leaves the file as it is and only does O(files[].drop_backups) and,
+            where the file is gone, O(files[].remove_empty_parent) (what an interrupted take-back left).
         type: str
         default: file
-        choices: [file, absent]
+        choices: [file, absent, tidy]
       content:
         description: The whole text of the file (UTF-8). Omit it to leave the text of an existing file as it is.
         type: str
@@ -384,6 +385,9 @@ def _check_expectations(entries):
         if entry["state"] == "file" and entry["content"] is None and entry["expected_state"] == "absent":
             raise NodeFileError("files[%d] (%s): expected_state=absent needs content to create the file" % (index, path))
         state, data = _read(path)
+        if entry["state"] == "tidy":
+            current.append((state, data))
+            continue  # the file itself is not touched: nothing to expect of it
         if state not in ("file", "absent"):
             raise NodeFileError("%s is a %s, not a regular file; nothing was written. Replace it with the file it "
                                 "points to (or move it away) and run again" % (path, state))
@@ -611,6 +615,8 @@ def _remove_empty_parent(module, entry):
 def _apply_one(module, entry, state, data, undo):
     """Write or remove one file (not in check mode); returns its outcome."""
     outcome = {"path": entry["given"], "action": "unchanged", "backup_file": None, "parent_removed": None}
+    if entry["state"] == "tidy":
+        return outcome, data
     new = None if entry["state"] == "absent" else (
         data if entry["content"] is None else to_bytes(entry["content"], errors="surrogate_or_strict"))
     if entry["state"] == "absent":
@@ -638,8 +644,9 @@ def _tidy(module, entry, outcome, result):
     """What cannot be undone, done once every file is applied: old copies pruned or dropped, emptied directories."""
     if not module.check_mode and outcome["backup_file"]:
         _prune_copies(entry)
-    if entry["state"] == "absent" and entry["remove_empty_parent"] and outcome["action"] in ("removed", "unchanged"):
-        # unchanged: a file already gone (an interrupted take-back) still leaves its emptied directory to remove
+    gone = outcome["action"] == "removed" or (entry["state"] == "tidy" and not os.path.lexists(entry["path"]))
+    if entry["remove_empty_parent"] and gone:
+        # tidy: a file already gone (an interrupted take-back) still leaves its emptied directory to remove
         outcome["parent_removed"] = _remove_empty_parent(module, entry)
         if outcome["parent_removed"]:
             result["changed"] = True

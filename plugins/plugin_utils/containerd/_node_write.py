@@ -171,6 +171,8 @@ def leftover_entries(facts, entries, params):
     listed = set(e["path"] for e in entries)
     out = []
     for key in _TAKEN_BACK:
+        if key == "config" and facts.distribution != distro.CONTAINERD:
+            continue  # k3s/rke2 regenerate their config.toml at every start: never the collection's
         node_path = facts.paths.get(key)
         host = facts.host_path(node_path) if node_path else None
         if not node_path or host in listed:
@@ -179,7 +181,7 @@ def leftover_entries(facts, entries, params):
         if state not in ("absent", "file"):
             continue
         change = {"path": host, "node_path": node_path}
-        entry = {"path": host, "state": state, "expected_state": state, "backup": False, "drop_backups": True,
+        entry = {"path": host, "state": "tidy", "backup": False, "drop_backups": True,
                  "backup_to": _host_of(change, release_rules.backup_prefix(node_path)),
                  "backup_root": _host_of(change, prune_top(release_rules.BACKUP_DIR))}
         if key in _PRUNED and state == "absent":

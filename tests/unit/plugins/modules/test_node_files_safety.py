@@ -200,3 +200,24 @@ def test_two_writers_never_both_create_one_file(tmp_path):
         if len(created) != 1 or len(refused) != 1:
             both.append((number, outcomes))
     assert both == []
+
+
+def test_a_tidy_entry_never_touches_its_file(capsys, root):
+    # the take-back's clean-up of what an interrupted take-back left: copies go, an emptied directory goes, and a file
+    # that exists (k3s wrote its config.toml meanwhile) is neither expected absent nor removed
+    backups = str(root) + "/var/backups/k3s-gpu-nvidia/etc/x"
+    os.makedirs(backups)
+    open(backups + "/config.toml.1.2026-12-05@10:00:00~", "w").write("old copy\n")
+    os.makedirs(str(root) + "/etc/x")
+    open(str(root) + "/etc/x/config.toml", "w").write("written by k3s after the reading\n")
+    os.makedirs(str(root) + "/etc/rancher/k3s/config.yaml.d")
+    result = run(capsys, [
+        {"path": str(root) + "/etc/x/config.toml", "state": "tidy", "drop_backups": True,
+         "backup_to": backups + "/config.toml", "backup_root": str(root) + "/var/backups", "remove_empty_parent": True},
+        {"path": str(root) + "/etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml", "state": "tidy",
+         "remove_empty_parent": True, "prune_parents_to": str(root) + "/etc/rancher"},
+    ], root=root)
+    assert not result.get("failed"), result.get("msg")
+    assert open(str(root) + "/etc/x/config.toml").read() == "written by k3s after the reading\n"
+    assert not os.path.exists(str(root) + "/var/backups") and not os.path.exists(str(root) + "/etc/rancher")
+    assert [f["action"] for f in result["files"]] == ["unchanged", "unchanged"] and result["changed"]
