@@ -74,8 +74,7 @@ def one_node(root, cache_dir=None):
     facts = NodeFacts.from_reading(detect.gather(root, "k3s", RELEASE, toolkit_dirs=[TOOLKIT]))
     # cache_dir: the run-wide verdicts of the template check, as the action plugin shares them between hosts;
     # a new CheckCache per call is a new forked worker (nothing in memory, the verdict read from the file)
-    params = {"_check_cache": check_cache.CheckCache(cache_dir)} if cache_dir else {}
-    plan, file_changes = changes.compute(facts, params)
+    plan, file_changes = changes.compute(facts, {}, check_cache=check_cache.CheckCache(cache_dir) if cache_dir else None)
     return plan, file_changes
 
 

@@ -66,9 +66,10 @@ def _checked_labels(labels):
     return checked
 
 
-def compute(facts, params):
+def compute(facts, params, own_files=False, check_cache=None):
     """Plan and file changes for the task, from the node's reading (a _node_facts.NodeFacts: the node side's planner
-    takes its dict, facts.reading). Raises K3sGpuError; nothing is written then."""
+    takes its dict, facts.reading). own_files: the gpu_node role's bookkeeping (own_files below); check_cache: a
+    _check_cache.CheckCache the template checks share. Raises K3sGpuError; nothing is written then."""
     target_profile = _target_profile(facts, params)
     plan = planner.make_plan(
         facts.reading, runtimes=params.get("runtimes"), state=params.get("state") or "present",
@@ -83,7 +84,7 @@ def compute(facts, params):
     # runtime tables and the layers under a drop-in all read it
     base = None if facts.distribution == distro.CONTAINERD else template_check.node_base(
         facts, profile, target["schema"], list(facts.release_runtimes), default_flag)
-    reader = _template_reader(facts, plan, params, default_flag, base, target_profile)
+    reader = _template_reader(facts, plan, params, default_flag, base, target_profile, check_cache)
     plan["backup"] = release_rules.backup_prefix(target["path"]) if params.get("backup") else None
     plan["release_tables"] = _release_tables(facts, plan, base)
     plan["base_included"] = target["mode"] == planner.MODE_TEMPLATE and planner.template_includes_base(facts.reading, target)
@@ -97,7 +98,7 @@ def compute(facts, params):
                                checked_after=target["mode"] == planner.MODE_TEMPLATE and facts.distribution != distro.CONTAINERD)
     after = applied.text
     plan["removed_for_base"], plan["removed_stale"] = applied.removed_for_base, applied.removed_stale
-    _check_rendered(facts, plan, params, reader, after, default_flag, base, target_profile)
+    _check_rendered(facts, plan, reader, after, default_flag, base, target_profile, check_cache)
     _check_dropin_on_target(plan, target_profile)
     note = toml.inheritance_note(plan.get("inherited_from")) if plan["state"] == "present" and plan["write"] else None
     if note:
@@ -116,8 +117,8 @@ def compute(facts, params):
     if profile["distribution"] != distro.CONTAINERD:
         changes.extend(_default_runtime_file_changes(facts, plan, params))
     changes = _not_taking_over(plan, [c for c in changes if c is not None and c["before"] != c["after"]])
-    if params.get("_own_files"):
-        changes = own_files(facts, plan, changes, bool(params.get("backup")))
+    if own_files:
+        changes = role_bookkeeping(facts, plan, changes, bool(params.get("backup")))
     return plan, changes
 
 
@@ -235,7 +236,7 @@ def _default_runtime_file_changes(facts, plan, params):
     return out
 
 
-# --- what the gpu_node role keeps to take its edits back (params["_own_files"]) --------------------------
+# --- what the gpu_node role keeps to take its edits back (compute's own_files) ------------------------------
 
 # user files edited in place whose bytes before the first edit are kept (their <key>_orig and <key>_record facts)
 ORIGINAL_KEYS = ("template_v3", "template_v2", "config")
@@ -301,7 +302,7 @@ def _bookkeeping(facts, key, suffix_key, after):
     return None
 
 
-def own_files(facts, plan, changes, backup=False):
+def role_bookkeeping(facts, plan, changes, backup=False):
     """The role's bookkeeping around the engine's changes: keep the bytes of a user's file before its first edit
     (present), put them back or take out only our tables (absent), and let our directories go with our files."""
     by_key = dict((c["key"], c) for c in changes)
@@ -536,7 +537,7 @@ def _target_profile(facts, params):
                           variables) from exc
 
 
-def _template_reader(facts, plan, params, default_flag, base, target_profile):
+def _template_reader(facts, plan, params, default_flag, base, target_profile, check_cache=None):
     """Check the template k3s/rke2 reads as it is now: refuse what breaks the node before anything is
     decided on top of it. Returns the report (None: no template, or plain containerd)."""
     if facts.distribution == distro.CONTAINERD:
@@ -552,7 +553,7 @@ def _template_reader(facts, plan, params, default_flag, base, target_profile):
     report = template_check.check(info["content"], info["path"], facts, schema,
                                   default_runtime=default_flag, target_profile=target_profile,
                                   normalize=bool(params.get("normalize_encoding")), light=edit_in_place,
-                                  cache=params.get("_check_cache"), base=base)
+                                  cache=check_cache, base=base)
     report.schema = schema
     _record(plan, report)
     blocking = report.refusals if not edit_in_place else [f for f in report.refusals if f.code in _BEFORE_EDIT]
@@ -592,7 +593,7 @@ def refusal_before_install(facts):
     return report.refusal(blocking) if blocking else None
 
 
-def _check_rendered(facts, plan, params, reader, after, default_flag, base, target_profile):
+def _check_rendered(facts, plan, reader, after, default_flag, base, target_profile, check_cache=None):
     """The template we are about to write, rendered for the node now, after the toolkit install and on
     target_release: refuse anything that would break it (nothing is written then)."""
     target = plan["target"]
@@ -601,7 +602,7 @@ def _check_rendered(facts, plan, params, reader, after, default_flag, base, targ
     schema = target["schema"] if reader is None else reader.schema
     report = template_check.check(after, target["path"], facts, schema, default_runtime=default_flag,
                                   target_profile=target_profile, ours={r["name"] for r in plan["write"]},
-                                  cache=params.get("_check_cache"), base=base)
+                                  cache=check_cache, base=base)
     _record(plan, report, replace=True)
     if report.refusals:
         raise report.refusal()

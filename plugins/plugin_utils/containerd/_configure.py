@@ -35,17 +35,16 @@ def run(result, params, execute_module, want_diff, own_files=False, extra_change
     """Fill the task result of containerd_runtimes for params (validated by its argument spec).
 
     own_files (the gpu_node role): keep the bytes of a user's file before the first edit and put them back on state
-    absent (_changes.own_files); extra_changes: more files of the role's, written in the same node_files execution.
+    absent (_changes.role_bookkeeping); extra_changes: more files of the role's, written in the same node_files execution.
     write=False decides only: result["write_due"] says whether node_files would run, and nothing is written."""
     binaries = sorted(set(r["binary"] for r in params["runtimes"] or [] if r.get("binary")))
     facts = node_reading.facts_for(result, params, execute_module, binaries)
     if facts is None:
         return result
     # hosts of one run share the template checks' verdicts (the run's local temporary directory)
-    params["_check_cache"] = check_cache.CheckCache(os.path.join(C.DEFAULT_LOCAL_TMP, "k3s-gpu-template-checks"))
-    params["_own_files"] = own_files
+    cache = check_cache.CheckCache(os.path.join(C.DEFAULT_LOCAL_TMP, "k3s-gpu-template-checks"))
     try:
-        plan, changes = changes_engine.compute(facts, params)
+        plan, changes = changes_engine.compute(facts, params, own_files=own_files, check_cache=cache)
     except K3sGpuError as exc:
         result.update(failed=True, msg=exc.text(), error=exc.as_dict(), changed=False)
         return result

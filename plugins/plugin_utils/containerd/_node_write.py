@@ -32,10 +32,10 @@ SYSTEM_DIRECTORIES = ("/", "/etc", "/var", "/var/lib", "/opt", "/usr", "/usr/loc
 def write(result, facts, plan, changes, params, execute_module, own_files, write_now=True):
     """Write the changes on the node (one node_files execution) and note each file's outcome in result["files"].
     write_now=False: only result["write_due"], whether node_files would run."""
-    params["validate"] = node_validate(facts, params)
-    entries = [write_entry(change, params) for change in changes]
+    validate = node_validate(facts, params)
+    entries = [write_entry(change, params, validate, own_files) for change in changes]
     entries += attribute_entries(facts, plan, changes, params)
-    entries += leftover_entries(facts, entries, params)
+    entries += leftover_entries(facts, entries, params, own_files)
     if not write_now:
         result["write_due"] = bool(entries)
         return result
@@ -109,7 +109,7 @@ def _host_of(change, node_path):
     return change["path"][:len(change["path"]) - len(change["node_path"])] + node_path
 
 
-def backup_fields(change, params):
+def backup_fields(change, params, own_files=False):
     """node_files' backup options for one change: the copy goes under BACKUP_DIR (never into a directory k3s, rke2 or
     containerd import), the newest BACKUP_KEEP per file are kept; a file only the collection wrote is not copied when
     it is removed; the role's take-back (state absent) keeps no copy at all and drops the earlier ones of each file it
@@ -120,7 +120,7 @@ def backup_fields(change, params):
               "backup_keep": release_rules.BACKUP_KEEP}
     if change.get("keep_copy"):
         fields["backup"] = True
-    elif params.get("_own_files") and params.get("state") == "absent":
+    elif own_files and params.get("state") == "absent":
         fields.update(backup=False, drop_backups=True)
     elif change["after"] is None and only_ours(change):
         fields["backup"] = False
@@ -129,12 +129,13 @@ def backup_fields(change, params):
     return fields
 
 
-def write_entry(change, params):
-    """One k3s_gpu.nvidia.node_files entry: the new text (or removal) and the text it was computed from."""
+def write_entry(change, params, validate=None, own_files=False):
+    """One k3s_gpu.nvidia.node_files entry: the new text (or removal) and the text it was computed from. validate: the
+    command that checks containerd's TOML (node_validate), else the task's own."""
     entry = {"path": change["path"], "directory_mode": NEW_DIR_MODE,
              "expected_state": "file" if change["exists"] else "absent",
              "expected_sha1": (change.get("sha1") or _sha1(change["before"])) if change["exists"] else None}
-    entry.update(backup_fields(change, params))
+    entry.update(backup_fields(change, params, own_files))
     if change["after"] is None:
         entry["state"] = "absent"
         if change.get("remove_empty_parent"):
@@ -148,7 +149,7 @@ def write_entry(change, params):
         entry["mode"] = change["mode"]  # the collection's own bookkeeping: fixed attributes, no validation
         return entry
     if change["key"] != "default_runtime_file":  # the validate command is for containerd's TOML
-        entry["validate"] = params["validate"]
+        entry["validate"] = validate if validate is not None else params.get("validate")
     for key in FILE_ARGS:
         if params.get(key) is not None:
             entry[key] = params[key]
@@ -161,12 +162,12 @@ _TAKEN_BACK = ("template_v3", "template_v2", "config") + release_rules.OWN_DROPI
 _PRUNED = release_rules.OWN_DROPINS + ("default_runtime_file", "labels_file_legacy")
 
 
-def leftover_entries(facts, entries, params):
+def leftover_entries(facts, entries, params, own_files=False):
     """The role's take-back (state absent) also clears what an interrupted take-back left of files it already put back
     or removed: their copies under the backup tree and the directories of ours they emptied. One entry per such file
     that no change covers; it changes nothing of the file itself (the kept original's copy of a file changed since
     the collection wrote it stays, as the take-back says)."""
-    if not (params.get("_own_files") and params.get("state") == "absent"):
+    if not (own_files and params.get("state") == "absent"):
         return []
     listed = set(e["path"] for e in entries)
     out = []

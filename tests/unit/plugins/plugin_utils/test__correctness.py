@@ -193,9 +193,9 @@ def _node_files(capsys, entries):
 
 def _role_run(sandbox, capsys, state, release, runtimes=None):
     facts = detect.gather(sandbox.root, "k3s", release, binaries=[r["binary"] for r in runtimes or []])
-    params = {"state": state, "handler_labels": True, "_own_files": True, "backup": True, "runtimes": runtimes}
-    plan, file_changes = changes.compute(NodeFacts.from_reading(facts), params)
-    entries = [node_write.write_entry(c, dict(params, validate=None)) for c in file_changes]
+    params = {"state": state, "handler_labels": True, "backup": True, "runtimes": runtimes}
+    plan, file_changes = changes.compute(NodeFacts.from_reading(facts), params, own_files=True)
+    entries = [node_write.write_entry(c, dict(params, validate=None), own_files=True) for c in file_changes]
     return plan, file_changes, _node_files(capsys, entries) if entries else None
 
 

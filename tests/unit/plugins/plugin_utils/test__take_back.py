@@ -37,9 +37,8 @@ NVIDIA_LEGACY = ('[%s.runtimes.nvidia-legacy]\n  runtime_type = "io.containerd.r
 def compute(sandbox, state="present", distribution="k3s", release=RELEASE, runtimes=None):
     binaries = [r["binary"] for r in runtimes or []]
     facts = detect.gather(sandbox.root, distribution, release, binaries=binaries)
-    params = {"state": state, "handler_labels": True if distribution != "containerd" else None, "_own_files": True,
-              "runtimes": runtimes}
-    return changes.compute(NodeFacts.from_reading(facts), params)
+    params = {"state": state, "handler_labels": True if distribution != "containerd" else None, "runtimes": runtimes}
+    return changes.compute(NodeFacts.from_reading(facts), params, own_files=True)
 
 
 def by_path(file_changes):
