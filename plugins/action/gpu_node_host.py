@@ -80,20 +80,19 @@ class ActionModule(SpecAction):
             self._remove_tmp_path(self._connection._shell.tmpdir)
 
     def _run_phase(self, task, phase, result, settings, args, task_vars):
-        execute_module = task.execute_module
         if phase == "plan":
-            return phases.decide(task, result, settings, task_vars, execute_module)
+            return phases.decide(task, result, settings, task_vars)
         if phase == "restart":
-            return handler.restart_verified(task, result, settings, task_vars, execute_module)
+            return handler.restart_verified(task, result, settings, task_vars)
         if phase == "upgrade_check":
-            return phases.check_upgrade(task, result, settings, args["fail"], execute_module)
+            return phases.check_upgrade(task, result, settings, args["fail"])
         if phase == "doctor":
-            return doctor_phase.diagnose(task, result, settings, task_vars, execute_module)
+            return doctor_phase.diagnose(task, result, settings, task_vars)
         try:
             state = host_state.HostState.from_result(args["node"], "the argument node")
         except K3sGpuError as exc:
             return host_step.failed(result, ended("%s: %s" % (task.host, exc)))
         if phase == "reread":
-            return phases.reread(task, result, settings, state, execute_module)
+            return phases.reread(task, result, settings, state)
         result["reboot_required"] = bool(self._templar.template(task_vars.get("gpu_node_reboot_required", False)))
-        return phases.configure_node(task, result, settings, state.facts, state.plan, execute_module)
+        return phases.configure_node(task, result, settings, state.facts, state.plan)

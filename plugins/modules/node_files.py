@@ -310,7 +310,7 @@ def confine(root, path, what):
     root = os.path.abspath(root or "/")
     if not os.path.isabs(path):
         raise NodeFileError("%s must be absolute, got %r; nothing was written" % (what, path))
-    if not _inside(root, os.path.normpath(path)) and not _inside(root, path):
+    if not _inside(root, path):  # as written: the part after root is the node's path (its dots stop at its /)
         raise NodeFileError("%s %s is not under root %s; nothing was written. Give a path under root" % (what, path, root))
     node_path = "/" + path[len(root.rstrip("/")):].lstrip("/") if root != "/" else path
     node_path = os.path.normpath(node_path).replace("//", "/")  # `..` above the node's / stays at it, as on the node

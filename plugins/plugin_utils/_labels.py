@@ -39,6 +39,11 @@ _QUALIFIED_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
 
 
+def is_dns_label(value):
+    """Whether value is a DNS-1123 label: a namespace's name, a RuntimeClass's name and handler."""
+    return isinstance(value, str) and len(value) <= 63 and bool(DNS1123_LABEL.match(value))
+
+
 def label_key_problem(key):
     """Kubernetes IsQualifiedName: [prefix/]name, prefix a DNS-1123 subdomain (<= 253); None when valid."""
     parts = key.split("/")

@@ -22,6 +22,7 @@ import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
@@ -75,7 +76,7 @@ def read_settings(values):
             fix="set it to the kubeconfig of the cluster, or use runtimeclasses_method=manifest",
             variable="runtimeclasses_kubeconfig")
     # the shape of the RuntimeClass fields, before any host is touched
-    runtimeclasses.check_node_selector(settings["runtimeclasses_node_selector"] or None)
+    k8s_labels.check_node_selector(settings["runtimeclasses_node_selector"] or None)
     runtimeclasses.check_overhead(settings["runtimeclasses_overhead"] or None)
     return settings
 

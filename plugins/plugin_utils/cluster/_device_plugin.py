@@ -36,8 +36,8 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import line_key, type_name
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _helmchart as helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _manifest_yaml as manifest_yaml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _runtimeclasses as runtimeclasses
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 # Also the Helm release name: it contains the chart name, so the chart names its objects
@@ -326,7 +326,7 @@ def choose_runtime_class(available, nodes, wanted=""):
                 variable=variable)
         return wanted
     all_specs = bool(nodes) and all(node.cdi_spec for node in nodes)
-    for preferred in runtimeclasses.NVIDIA_HANDLERS:
+    for preferred in k8s_labels.NVIDIA_HANDLERS:
         if preferred == "nvidia-cdi" and not all_specs:
             continue
         for name, handler in pairs:
@@ -413,7 +413,7 @@ def _check_settings(settings):
             fix="give a file name ending in .tgz (the archive is served from the server's static/charts directory).",
             variable=VARIABLES["chart_archive"])
     namespace = checked["namespace"]
-    if not isinstance(namespace, str) or len(namespace) > 63 or not runtimeclasses.DNS1123_LABEL.match(namespace):
+    if not k8s_labels.is_dns_label(namespace):
         raise K3sGpuError(
             "%s is %r" % (VARIABLES["namespace"], namespace),
             fix="give a namespace name (lowercase letters, digits and '-').",
@@ -561,7 +561,7 @@ def render_manifest(plan):
     """The manifest text for the auto-deploy directory (a comment, then the HelmChart)."""
     return helmchart.render_plan(plan, "device-plugin objects (the cluster has no host-mode GPU node)",
                                  "Managed by %s; edits are overwritten. NVIDIA device plugin %s for k3s/rke2 (host mode)." % (
-                                     runtimeclasses.MANAGED_BY, plan["chart_version"]))
+                                     k8s_labels.MANAGED_BY, plan["chart_version"]))
 
 
 # --- the gpu_node role's variables -------------------------------------------------------------------

@@ -29,8 +29,8 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import line_key, type_name
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _helmchart as helmchart
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _merge as merge
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _runtimeclasses as runtimeclasses
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 MODE_HOST = "host"
@@ -38,8 +38,8 @@ MODE_OPERATOR = "operator"
 MODES = (MODE_HOST, MODE_OPERATOR)
 
 # Label on every object this collection writes (the same as on its RuntimeClasses).
-MANAGED_BY_LABEL = runtimeclasses.MANAGED_BY_LABEL
-MANAGED_BY = runtimeclasses.MANAGED_BY
+MANAGED_BY_LABEL = k8s_labels.MANAGED_BY_LABEL
+MANAGED_BY = k8s_labels.MANAGED_BY
 
 HELMCHART_NAME = "gpu-operator"
 MANIFEST_FILE = distro.OPERATOR_MANIFEST
@@ -130,7 +130,7 @@ def _check_settings(settings):
         raise K3sGpuError("gpu_node_operator_chart_archive %r must be a file name ending in .tgz (the archive is "
                           "copied to the server's static/charts directory)" % (archive,))
     namespace = checked["namespace"]
-    if not isinstance(namespace, str) or len(namespace) > 63 or not runtimeclasses.DNS1123_LABEL.match(namespace):
+    if not k8s_labels.is_dns_label(namespace):
         raise K3sGpuError("gpu_node_operator_namespace %r is not a namespace name (lowercase letters, digits, "
                           "'-')" % (checked["namespace"],))
     if checked["cdi"] is not None and not isinstance(checked["cdi"], bool):

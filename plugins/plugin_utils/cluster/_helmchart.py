@@ -16,7 +16,7 @@ import posixpath
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _manifest_yaml as manifest_yaml
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 
 API_VERSION = "helm.cattle.io/v1"
 KIND = "HelmChart"
@@ -53,7 +53,7 @@ def helmchart(name, chart, values, target_namespace, static_charts_dir, extra_sp
     spec["valuesContent"] = values_text(values)
     return ({"apiVersion": API_VERSION, "kind": KIND,
              "metadata": {"name": name, "namespace": NAMESPACE,
-                          "labels": {runtimeclasses.MANAGED_BY_LABEL: runtimeclasses.MANAGED_BY}},
+                          "labels": {k8s_labels.MANAGED_BY_LABEL: k8s_labels.MANAGED_BY}},
              "spec": spec}, archive_path)
 
 

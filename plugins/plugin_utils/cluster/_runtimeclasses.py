@@ -28,8 +28,8 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import is_list, type_name
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _manifest_yaml as manifest_yaml
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._labels import (  # noqa: F401 (read through this module too)
-    DNS1123_LABEL, HANDLER_LABEL_PREFIX, HANDLER_LABEL_VALUE, MANAGED_BY, MANAGED_BY_LABEL, NVIDIA_HANDLERS, check_node_selector)
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._labels import (
+    HANDLER_LABEL_PREFIX, HANDLER_LABEL_VALUE, MANAGED_BY, MANAGED_BY_LABEL, NVIDIA_HANDLERS, check_node_selector)
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
@@ -60,7 +60,7 @@ _HUGEPAGES_PREFIX = "hugepages-"
 # --- validation ----------------------------------------------------------------------------------
 
 def _check_dns_label(where, value, what):
-    if not isinstance(value, str) or len(value) > 63 or not DNS1123_LABEL.match(value):
+    if not k8s_labels.is_dns_label(value):
         raise K3sGpuError(
             "%s: %r is not a valid %s: a RuntimeClass name and handler must be a lowercase DNS-1123 "
             "label (a-z, 0-9 and '-', starting and ending with a letter or digit, at most 63 "

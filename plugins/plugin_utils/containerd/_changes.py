@@ -241,7 +241,7 @@ def _default_runtime_file_changes(facts, plan, params):
 # user files edited in place whose bytes before the first edit are kept (their <key>_orig and <key>_record facts)
 ORIGINAL_KEYS = ("template_v3", "template_v2", "config")
 # our files whose directory goes with them when they leave it empty (k3s/rke2 create none of these directories)
-_PRUNED_PARENTS = ("dropin_v3", "dropin_v2", "default_runtime_file", "labels_file_legacy")
+PRUNED_PARENTS = ("dropin_v3", "dropin_v2", "default_runtime_file", "labels_file_legacy")
 
 
 def _sha256(text):
@@ -359,7 +359,7 @@ def role_bookkeeping(facts, plan, changes, backup=False):
     result.extend(c for c in by_key.values() if c is not None and c["before"] != c["after"])
     result.extend(c for c in extra if c is not None)
     for change in result:
-        if change["after"] is None and change["key"] in _PRUNED_PARENTS:
+        if change["after"] is None and change["key"] in PRUNED_PARENTS:
             change["remove_empty_parent"] = True
     return result
 

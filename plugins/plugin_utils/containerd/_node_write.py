@@ -17,6 +17,7 @@ from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes_engine
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
 
 # owner/group/mode/SELinux options of the task, passed on to every file it writes
@@ -156,10 +157,8 @@ def write_entry(change, params, validate=None, own_files=False):
     return entry
 
 
-# the files the take-back looks after, and whose directory goes with them once it is empty
-_TAKEN_BACK = ("template_v3", "template_v2", "config") + release_rules.OWN_DROPINS + (
-    "default_runtime_file", "labels_file_legacy")
-_PRUNED = release_rules.OWN_DROPINS + ("default_runtime_file", "labels_file_legacy")
+# the files the take-back looks after: the user's files it edits in place and its own, whose directory goes with them
+_TAKEN_BACK = changes_engine.ORIGINAL_KEYS + release_rules.OWN_DROPINS + changes_engine.PRUNED_PARENTS
 
 
 def leftover_entries(facts, entries, params, own_files=False):
@@ -171,7 +170,7 @@ def leftover_entries(facts, entries, params, own_files=False):
         return []
     listed = set(e["path"] for e in entries)
     out = []
-    for key in _TAKEN_BACK:
+    for key in dict.fromkeys(_TAKEN_BACK):
         if key == "config" and facts.distribution != distro.CONTAINERD:
             continue  # k3s/rke2 regenerate their config.toml at every start: never the collection's
         node_path = facts.paths.get(key)
@@ -185,7 +184,7 @@ def leftover_entries(facts, entries, params, own_files=False):
         entry = {"path": host, "state": "tidy", "backup": False, "drop_backups": True,
                  "backup_to": _host_of(change, release_rules.backup_prefix(node_path)),
                  "backup_root": _host_of(change, prune_top(release_rules.BACKUP_DIR))}
-        if key in _PRUNED and state == "absent":
+        if key in changes_engine.PRUNED_PARENTS and state == "absent":
             entry.update(remove_empty_parent=True, prune_parents_to=_host_of(change, prune_top(node_path)))
         out.append(entry)
     return out

@@ -25,7 +25,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_s
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_step as host_step
 
 
-def diagnose(task, result, settings, task_vars, execute_module):
+def diagnose(task, result, settings, task_vars):
     """Read-only (the doctor playbook runs it in check mode): the node as the role reads it, what the role would
     change there, the services' states, and the first broken layer between the GPU and containerd."""
     host = task.host
@@ -34,13 +34,13 @@ def diagnose(task, result, settings, task_vars, execute_module):
         return host_step.failed(result, "%s: phase doctor only reads: run it with check_mode: true (the "
                                         "k3s_gpu.nvidia.doctor playbook does)" % host)
     settings = phases.release_settings(task, settings, task_vars)
-    reading = phases.read_node(execute_module, settings, settings["distribution"], settings["release"] or None)
+    reading = phases.read_node(task.execute_module, settings, settings["distribution"], settings["release"] or None)
     if reading.get("failed"):
         result["doctor"] = doctor.unread(host, host_step.role_message(reading))
         return result
     reading.pop("warnings", None)
     facts = NodeFacts.from_reading(reading)
-    _doctor_generated_config(settings, facts, execute_module)
+    _doctor_generated_config(settings, facts, task.execute_module)
     node = {"mode": settings["mode"], "operator_namespace": settings["operator_namespace"],
             "toolkit_version": settings["toolkit_version"], "toolkit_install": settings["toolkit_install"],
             "enable_cdi": settings["enable_cdi"], "device_list_strategy": settings["device_plugin_device_list_strategy"],
@@ -50,14 +50,14 @@ def diagnose(task, result, settings, task_vars, execute_module):
         node["labels"] = host_step.device_plugin_labels(settings, host)
     except K3sGpuError:
         node["labels"] = []  # the plan refuses the same settings, and says so
-    _doctor_plan(task, node, settings, facts, execute_module)
-    node["services"] = _doctor_services(task, settings, facts, node["unit"], execute_module)
-    node["existing_binaries"] = _doctor_binaries(task, settings, facts, execute_module)
+    _doctor_plan(task, node, settings, facts)
+    node["services"] = _doctor_services(task, settings, facts, node["unit"])
+    node["existing_binaries"] = _doctor_binaries(task, settings, facts)
     result["doctor"] = doctor.check_node(host, facts, node)
     return result
 
 
-def _doctor_plan(task, node, settings, facts, execute_module):
+def _doctor_plan(task, node, settings, facts):
     """What the role would do here: its refusal, the handlers it writes or relies on, the files it would change."""
     plan_settings = dict((k, settings[k]) for k in (
         "force", "root", "mode", "operator_toolkit", "operator_driver", "toolkit_install", "driver_install",
@@ -75,7 +75,7 @@ def _doctor_plan(task, node, settings, facts, execute_module):
         node["refusal"] = exc.parts(host_step.ROLE_NAMES)
         return
     validated = ArgumentSpecValidator(configure.SPEC).validate(params)
-    checked = configure.run({}, validated.validated_parameters, execute_module, False, own_files=True)
+    checked = configure.run({}, validated.validated_parameters, task.execute_module, False, own_files=True)
     if checked.get("failed"):
         node["refusal"] = K3sGpuError.from_result(checked).parts(host_step.ROLE_NAMES)
         return
@@ -93,26 +93,26 @@ def _doctor_generated_config(settings, facts, execute_module):
         generated["content"] = base64.b64decode(read["content"]).decode("utf-8", "replace")
 
 
-def _doctor_services(task, settings, facts, unit, execute_module):
+def _doctor_services(task, settings, facts, unit):
     """{unit: ActiveState, or not-found} of k3s/rke2, the fabric manager and persistenced, on a live root with
     systemd; {} in a sandbox tree (nothing to ask)."""
     if settings["root"] not in ("/", "") or not facts.reading.get("systemd"):
         return {}
     states = {}
     for name in [u for u in (unit, doctor.FABRIC_MANAGER_UNIT, doctor.PERSISTENCED_UNIT) if u]:
-        found = execute_module("ansible.builtin.systemd_service", {"name": name})
+        found = task.execute_module("ansible.builtin.systemd_service", {"name": name})
         status = found.get("status") or {}
         states[name] = "not-found" if status.get("LoadState") == "not-found" else status.get("ActiveState", "unknown")
     return states
 
 
-def _doctor_binaries(task, settings, facts, execute_module):
+def _doctor_binaries(task, settings, facts):
     """The BinaryNames of what containerd loads that exist and are executable on the node (those detection found,
     and the others looked at one by one)."""
     found = set(r["binary"] for r in facts.runtimes + facts.release_runtimes)
     for binary, _path in node_reading.loaded_runtimes(facts).values():
         if binary and binary not in found and binary.startswith("/"):
-            looked = execute_module("ansible.builtin.stat", {"path": settings["root"].rstrip("/") + binary})
+            looked = task.execute_module("ansible.builtin.stat", {"path": settings["root"].rstrip("/") + binary})
             stat = looked.get("stat") or {}
             if stat.get("exists") and stat.get("executable") and not stat.get("isdir"):
                 found.add(binary)

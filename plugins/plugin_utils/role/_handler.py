@@ -22,7 +22,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _restar
 TASK_KEYS = ("changed", "failed", "msg", "warnings", "deprecations", "diff", "skipped", "invocation")
 
 
-def restart_verified(task, result, settings, task_vars, execute_module):
+def restart_verified(task, result, settings, task_vars):
     """The handler: restart the service once after a change to a file it reads at start, verify it, and roll back
     (and fail the host) when it is not healthy. Returns gpu_node_result with restarted and verified."""
     node = task.template(task_vars.get("gpu_node_result") or {})
@@ -46,7 +46,7 @@ def restart_verified(task, result, settings, task_vars, execute_module):
         args = {"name": unit}
         if state:
             args["state"] = state
-        return execute_module("ansible.builtin.systemd_service", args)
+        return task.execute_module("ansible.builtin.systemd_service", args)
 
     restarted = systemd("restarted")
     if restarted.get("failed"):
@@ -62,31 +62,32 @@ def restart_verified(task, result, settings, task_vars, execute_module):
     if first[0] == "active":
         time.sleep(settle)  # longer than the unit's restart delay: a crash loop shows as a restart
     second = restart.unit_state(systemd().get("status"))
-    after = phases.read_node(execute_module, settings, facts.distribution, facts.release)
+    after = phases.read_node(task.execute_module, settings, facts.distribution, facts.release)
     found = restart.problems(unit, first, second, changes.handlers, after.get("loaded_config"), timeout, settle)
     result.update(restarted=True, verified=not found)
     if found:
-        roll_back(task, result, changes, unit, found, execute_module)
+        roll_back(task, result, changes, unit, found)
     return result
 
 
-def roll_back(task, result, changes, unit, found, execute_module):
-    journal = execute_module("ansible.builtin.command", {"argv": [
+def roll_back(task, result, changes, unit, found):
+    journal = task.execute_module("ansible.builtin.command", {"argv": [
         "journalctl", "--unit", unit, "--lines", str(restart.JOURNAL_LINES), "--no-pager", "--output", "cat"]})
     created, restored = restart.rollback(changes.files)
     undone = []
     for path in created:
-        undone.append((path, execute_module("ansible.builtin.file", {"path": path, "state": "absent"})))
+        undone.append((path, task.execute_module("ansible.builtin.file", {"path": path, "state": "absent"})))
     for backup, path in restored:
-        undone.append((path, execute_module("ansible.builtin.copy", {"src": backup, "dest": path, "remote_src": True,
-                                                                     "mode": "preserve"})))
+        copied = task.execute_module("ansible.builtin.copy", {"src": backup, "dest": path, "remote_src": True,
+                                                              "mode": "preserve"})
+        undone.append((path, copied))
     rewrites = restart.rewritten(changes.files)
     if rewrites:
         # the text the run read, written back by the collection's own writer (the copy module alone takes no
         # `content`: that is its action plugin's work)
-        undone.append((", ".join(path for _text, path in rewrites), execute_module("k3s_gpu.nvidia.node_files", {
+        undone.append((", ".join(path for _text, path in rewrites), task.execute_module("k3s_gpu.nvidia.node_files", {
             "files": [{"path": path, "state": "file", "content": text} for text, path in rewrites]})))
-    execute_module("ansible.builtin.systemd_service", {"name": unit, "state": "restarted"})
+    task.execute_module("ansible.builtin.systemd_service", {"name": unit, "state": "restarted"})
     message = restart.failure(task.host, found, unit, journal.get("stdout_lines") or [])
     not_undone = ["%s (%s)" % (path, outcome.get("msg")) for path, outcome in undone if outcome.get("failed")]
     if not_undone:

@@ -52,12 +52,12 @@ def _reading_failed(result, host, reading, ending):
     return host_step.failed(result, ended("%s: %s" % (host, host_step.role_message(reading)), ending))
 
 
-def decide(task, result, settings, task_vars, execute_module):
+def decide(task, result, settings, task_vars):
     host = task.host
     settings = release_settings(task, settings, task_vars)
     if settings.get("release_from"):
         result["release_from"] = settings["release_from"]
-    reading = read_node(execute_module, settings, settings["distribution"], settings["release"] or None)
+    reading = read_node(task.execute_module, settings, settings["distribution"], settings["release"] or None)
     if reading.get("failed"):
         return _reading_failed(result, host, reading, NOTHING_CHANGED)
     result["warnings"].extend(reading.pop("warnings", None) or [])
@@ -87,7 +87,7 @@ def decide(task, result, settings, task_vars, execute_module):
     # where k3s/rke2 can restart, a change is written by the role's next task, which notifies the restart handler;
     # elsewhere (check mode, a sandbox tree, gpu_node_restart false) it is written here and no handler runs
     restarts = restart.notified(task.check_mode, settings["restart"], plan.live)
-    result = configure_node(task, result, settings, facts, plan, execute_module, write=not restarts)
+    result = configure_node(task, result, settings, facts, plan, write=not restarts)
     if result.get("changed") and not result.get("failed") and not restarts:
         reason = restart.why_not(bool(task.check_mode), settings["restart"], plan.live, facts.units)
         task.display.display(restart.not_restarted(task.host, facts.units[0] if facts.units else facts.distribution, reason))
@@ -102,9 +102,9 @@ def release_settings(task, settings, task_vars):
     return dict(settings, distribution=distribution, release=release, release_from=source)
 
 
-def reread(task, result, settings, state, execute_module):
+def reread(task, result, settings, state):
     """After the installs: the node as it is now (runtimes, nvidia-ctk, driver), and whether the CDI spec is due."""
-    reading = read_node(execute_module, settings, state.facts.distribution, state.facts.release)
+    reading = read_node(task.execute_module, settings, state.facts.distribution, state.facts.release)
     if reading.get("failed"):
         message = host_step.role_message(reading)
         return host_step.failed(result, "%s: reading the node after the installs failed: %s" % (task.host, message))
@@ -143,7 +143,7 @@ def configure_params(task, settings, facts, plan):
     return params
 
 
-def configure_node(task, result, settings, facts, plan, execute_module, write=True):
+def configure_node(task, result, settings, facts, plan, write=True):
     """Configure containerd (write=False: only decide; configure_due then says that files are to be written)."""
     absent = settings["state"] == "absent"
     try:
@@ -159,7 +159,7 @@ def configure_node(task, result, settings, facts, plan, execute_module, write=Tr
     # state absent: the CDI spec the role generated goes in the same node_files execution
     extra, extra_warnings = host_step.cdi_spec_changes(facts, settings) if absent else ([], [])
     result["warnings"].extend(extra_warnings)
-    runtimes = configure.run({}, validated.validated_parameters, execute_module, task.diff, own_files=True,
+    runtimes = configure.run({}, validated.validated_parameters, task.execute_module, task.diff, own_files=True,
                              extra_changes=extra, write=write)
     if runtimes.get("write_due") and not runtimes.get("failed"):
         # nothing written: the configure phase decides again from this reading, writes and reports the files
@@ -184,14 +184,14 @@ def configure_node(task, result, settings, facts, plan, execute_module, write=Tr
     return result
 
 
-def check_upgrade(task, result, settings, fail, execute_module):
+def check_upgrade(task, result, settings, fail):
     """Read-only: render the node's template for gpu_node_target_release (check mode, nothing is written), as the
     node is and once the toolkit is installed; report it, and fail a node that breaks there or is refused now."""
     host, target = task.host, settings["target_release"]
     if not target:
         return host_step.failed(result, "Set gpu_node_target_release to the k3s or rke2 release the nodes are about to "
                                         "get (for example v1.35.3+k3s1 or v1.35.3+rke2r1). Nothing was checked.")
-    reading = read_node(execute_module, settings, settings["distribution"], settings["release"] or None)
+    reading = read_node(task.execute_module, settings, settings["distribution"], settings["release"] or None)
     if reading.get("failed"):
         return _reading_failed(result, host, reading, "Nothing was checked.")
     result["warnings"].extend(reading.pop("warnings", None) or [])
@@ -204,7 +204,7 @@ def check_upgrade(task, result, settings, fail, execute_module):
                   toolkit_dirs=settings["toolkit_dirs"], runtimes=settings["runtimes"] or None, target_release=target,
                   node_facts=facts.reading)
     checked = configure.run({}, ArgumentSpecValidator(configure.SPEC).validate(params).validated_parameters,
-                            execute_module, False)
+                            task.execute_module, False)
     result["warnings"].extend(checked.pop("warnings", None) or [])
     refused = host_step.role_message(checked) if checked.get("failed") else ""
     report = dict(node=host, release="%s -> %s" % (facts.release, target), refused_now=refused,

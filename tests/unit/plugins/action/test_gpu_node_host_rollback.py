@@ -33,8 +33,7 @@ def roll_back(files, failing=()):
     task = phases.HostTask(host="gpu1", check_mode=False, diff=False, template=mock.MagicMock(), display=mock.MagicMock(),
                            execute_module=execute_module)
     result = {}
-    handler.roll_back(task, result, host_state.Changes(files=files), "k3s-agent", ["k3s-agent did not become active"],
-                      execute_module)
+    handler.roll_back(task, result, host_state.Changes(files=files), "k3s-agent", ["k3s-agent did not become active"])
     return result, calls
 
 

@@ -221,3 +221,10 @@ def test_a_tidy_entry_never_touches_its_file(capsys, root):
     assert open(str(root) + "/etc/x/config.toml").read() == "written by k3s after the reading\n"
     assert not os.path.exists(str(root) + "/var/backups") and not os.path.exists(str(root) + "/etc/rancher")
     assert [f["action"] for f in result["files"]] == ["unchanged", "unchanged"] and result["changed"]
+
+
+def test_a_path_that_reaches_the_root_only_through_dots_is_refused(capsys, root, outside):
+    # /elsewhere/../<root>/x is not written as <root>/x: the part after root is what names the node's file
+    detour = str(outside) + "/.." + str(root)[len(str(outside.parent)):] + "/x.toml"
+    result = run(capsys, [{"path": detour, "content": "x\n"}], root=root)
+    assert result["failed"] and "is not under root" in result["msg"] and not os.path.exists(str(root) + "/x.toml")

@@ -18,7 +18,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _cluster_step as step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as dp
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _gpu_operator as op
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading
 
@@ -110,7 +110,7 @@ def test_the_device_plugin_names_its_runtime_class():
 
 
 def test_a_label_value_says_how_to_write_it():
-    error = _refusal(runtimeclasses.check_node_selector, {"nvidia.com/gpu.present": True})
+    error = _refusal(k8s_labels.check_node_selector, {"nvidia.com/gpu.present": True})
     assert error.cause == "node_selector['nvidia.com/gpu.present'] must be a string, got bool True"
     assert error.fix.startswith("quote it in YAML")
     assert error.variable is None

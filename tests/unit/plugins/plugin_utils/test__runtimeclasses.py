@@ -23,6 +23,7 @@ import socket
 import pytest
 import yaml
 
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _runtimeclasses as rc
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
@@ -138,7 +139,7 @@ def test_manifest_shape():
         "overhead": {"podFixed": {"cpu": "250m", "memory": "64Mi"}},
         "scheduling": {"nodeSelector": {"node-role.example.com/gpu": "", "nvidia.com/gpu.present": "true"}},
     }]
-    assert (rc.MANAGED_BY_LABEL, rc.MANAGED_BY) == ("app.kubernetes.io/managed-by", "k3s_gpu.nvidia")
+    assert (k8s_labels.MANAGED_BY_LABEL, k8s_labels.MANAGED_BY) == ("app.kubernetes.io/managed-by", "k3s_gpu.nvidia")
 
 
 def test_gpu_operator_node_implies_every_class_the_operator_manages():
@@ -358,7 +359,7 @@ def test_good_quantities(quantity):
 @pytest.mark.parametrize("key", ["gpu", "nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present",
                                  "a_b.c-d", "Upper", "k3s.io/hostname"])
 def test_good_label_keys(key):
-    assert rc.check_node_selector({key: "v"}) == {key: "v"}
+    assert k8s_labels.check_node_selector({key: "v"}) == {key: "v"}
 
 
 # --- rendering -----------------------------------------------------------------------------------
