@@ -19,7 +19,7 @@ import time
 import tracemalloc
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _configure as engine
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _check_cache as check_cache
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _template_check as template_check
@@ -74,8 +74,8 @@ def one_node(root, cache_dir=None):
     facts = NodeFacts.from_reading(detect.gather(root, "k3s", RELEASE, toolkit_dirs=[TOOLKIT]))
     # cache_dir: the run-wide verdicts of the template check, as the action plugin shares them between hosts;
     # a new CheckCache per call is a new forked worker (nothing in memory, the verdict read from the file)
-    plan, file_changes = changes.compute(facts, {}, check_cache=check_cache.CheckCache(cache_dir) if cache_dir else None)
-    return plan, file_changes
+    rendered = engine.compute(facts, {}, check_cache=check_cache.CheckCache(cache_dir) if cache_dir else None)
+    return rendered.plan, rendered.changes
 
 
 def measure(label, root, iterations, cache_dir=None):
@@ -92,7 +92,7 @@ def measure(label, root, iterations, cache_dir=None):
     times.sort()
     print("%-42s median %6.2f ms  p90 %6.2f ms  min %6.2f ms  peak mem %5.0f KiB  (n=%d, written=%d, changed files=%d)" % (
         label, statistics.median(times), times[int(len(times) * 0.9)], times[0], peak / 1024, iterations,
-        len(plan["write"]), len(file_changes)))
+        len(plan.write), len(file_changes)))
     return statistics.median(times)
 
 
@@ -114,10 +114,10 @@ def main():
             measure("%s: first run (blocks appended)" % label, root, iterations, cache_dir)
             _plan, file_changes = one_node(root)
             with open(root + TEMPLATE, "w") as handle:
-                handle.write(file_changes[0]["after"])
+                handle.write(file_changes[0].after)
             measure("%s: steady state (nothing to change)" % label, root, iterations, cache_dir)
             with open(root + TEMPLATE, "w") as handle:
-                handle.write(file_changes[0]["after"].replace(TOOLKIT + "/nvidia-container-runtime.legacy", "/old/path"))
+                handle.write(file_changes[0].after.replace(TOOLKIT + "/nvidia-container-runtime.legacy", "/old/path"))
             measure("%s: update (one BinaryName in place)" % label, root, iterations, cache_dir)
     finally:
         shutil.rmtree(root)

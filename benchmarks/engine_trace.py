@@ -10,7 +10,11 @@ write (issue 42 measures the renovation with it).
 Only the controller's engine (plugin_utils) counts, and only the calls at most --levels (default 2) below run: the
 route the orchestration takes, not every helper a step uses (--levels=0: every call).
 
-Run: PYTHONPATH=.tmp/collections python benchmarks/engine_trace.py [--levels=N] [--stays]
+--steps: the run's own calls in order (read, decide, render, write), each with the files visited below it;
+--values-apart: calls into containerd/_types.py (the frozen values the steps hand each other: their constructors
+and properties) are not counted as stays.
+
+Run: PYTHONPATH=.tmp/collections python benchmarks/engine_trace.py [--levels=N] [--stays] [--steps] [--values-apart]
 """
 
 from __future__ import annotations
@@ -68,16 +72,16 @@ def _depth(frame):
     return depth
 
 
-def trace(root, levels):
-    """The stays of the calls at most `levels` below containerd_runtimes' run (0: every call)."""
+def trace(root):
+    """Every call into the controller's engine during containerd_runtimes' run: (depth below run, file)."""
     modules = {"k3s_gpu.nvidia.runtime_info": runtime_info, "k3s_gpu.nvidia.node_files": node_files}
     params = dict((key, spec.get("default")) for key, spec in configure.SPEC.items())
     params.update(root=root, release=RELEASE, distribution="k3s", default_runtime="nvidia-legacy")
-    stays = []
+    calls = []
     top = _depth(sys._getframe()) + 1  # run's own frame
 
     def profile(frame, event, _arg):
-        if event != "call" or (levels and _depth(frame) - top > levels):
+        if event != "call":
             return
         path = frame.f_code.co_filename
         if MARK not in path:
@@ -85,8 +89,7 @@ def trace(root, levels):
         name = path.split(MARK, 1)[1]
         if not name.startswith(CONTROLLER):
             return  # the node side (modules, module_utils) and its helpers are not the engine's route
-        if not stays or stays[-1] != name:
-            stays.append(name)
+        calls.append((_depth(frame) - top, name))
 
     sys.setprofile(profile)
     try:
@@ -94,25 +97,61 @@ def trace(root, levels):
     finally:
         sys.setprofile(None)
     assert not result.get("failed"), result.get("msg")
+    return calls
+
+
+# the values the steps hand each other (frozen dataclasses): reading a value's property is not a stay in a step
+VALUES = CONTROLLER + "containerd/_types.py"
+
+
+def stays_of(calls, levels, values_apart):
+    stays = []
+    for depth, name in calls:
+        if (levels and depth > levels) or (values_apart and name == VALUES):
+            continue
+        if not stays or stays[-1] != name:
+            stays.append(name)
     return stays
+
+
+def returns_of(stays):
+    seen, returns = set(), 0
+    for index, name in enumerate(stays):
+        if name in seen and stays[index - 1] != name:
+            returns += 1
+        seen.add(name)
+    return returns
+
+
+def steps_of(calls, values_apart):
+    """The run's steps (the file of each call run makes itself) in order, each with the files visited under it."""
+    steps = []
+    for depth, name in calls:
+        if values_apart and name == VALUES:
+            continue
+        if depth <= 1 and (not steps or steps[-1][0] != name):
+            steps.append((name, []))
+        elif depth > 1 and steps and name not in steps[-1][1] and name != steps[-1][0]:
+            steps[-1][1].append(name)
+    return steps
 
 
 def main():
     root = tempfile.mkdtemp(prefix="k3s-gpu-trace-")
     try:
         make_node(root)
-        levels = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--levels=")), "2"))
-        stays = trace(root, levels)
+        calls = trace(root)
     finally:
         shutil.rmtree(root)
-    seen, returns = set(), 0
-    for index, name in enumerate(stays):
-        if name in seen and stays[index - 1] != name:
-            returns += 1
-        seen.add(name)
-    print("stays: %d in %d files, returns to a file already left: %d" % (len(stays), len(seen), returns))
+    levels = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--levels=")), "2"))
+    values_apart = "--values-apart" in sys.argv
+    stays = stays_of(calls, levels, values_apart)
+    print("stays: %d in %d files, returns to a file already left: %d" % (len(stays), len(set(stays)), returns_of(stays)))
     if "--stays" in sys.argv:
         print(" -> ".join(stays))
+    if "--steps" in sys.argv:
+        for step, below in steps_of(calls, values_apart):
+            print("%s%s" % (step, (": " + ", ".join(below)) if below else ""))
 
 
 if __name__ == "__main__":

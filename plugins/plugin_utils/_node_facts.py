@@ -35,7 +35,7 @@ class NodeFacts:
     """One reading of a node by runtime_info, typed at its top level. `reading` is the whole result as the module
     returned it, for the sections that are not fields here (systemd, loaded_config, other_dropins, binaries, ...) and
     for the node side's planner (module_utils/_plan), which takes the dict. The engine (_host_plan.first_decision,
-    _changes.compute, _template_check, _configure.run, _doctor.check_node) takes a NodeFacts, and so does the cluster
+    _decide.decide, _render.render, _template_check, _configure.run, _doctor.check_node) takes a NodeFacts, and so does the cluster
     side for its server's reading (_cluster_step.decide, _gpu_operator.plan_cluster, _runtimeclasses.plan_runtimeclasses,
     _device_plugin.plan_cluster)."""
     distribution: str

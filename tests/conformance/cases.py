@@ -18,7 +18,7 @@ import tempfile
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils import engine_view as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 
 from . import base_fixtures
@@ -176,14 +176,14 @@ class Case:
 
     def _apply(self, file_changes):
         for change in file_changes:
-            host = change["path"]
-            if change["after"] is None:
+            host = change.path
+            if change.after is None:
                 os.unlink(host)
                 continue
             os.makedirs(os.path.dirname(host), exist_ok=True)
             with open(host, "w") as handle:
-                handle.write(change["after"])
-        self.written = {c["node_path"]: c["after"] for c in file_changes}
+                handle.write(change.after)
+        self.written = {c.node_path: c.after for c in file_changes}
 
     def write_dropin(self, run_pods):
         """The drop-in as containerd imports it; for pods only SystemdCgroup differs (no systemd here)."""

@@ -29,6 +29,7 @@ import pytest
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd._types import EditPlan
 
 from . import cases as engine_cases
 from . import lab
@@ -190,12 +191,12 @@ def test_naive_composition_is_rejected_by_containerd_and_by_us(built, case_id, t
     if "runc" in table:
         # a table that is not ours: refused, with the line
         with pytest.raises(K3sGpuError, match="line 2: .* already emitted by the base template"):
-            toml.apply_plan(template, plan, "/x/config-v3.toml.tmpl", True, case.profile)
+            toml.apply_plan(template, EditPlan.of(plan), "/x/config-v3.toml.tmpl", True, case.profile)
         return
     # an NVIDIA runtime table the release now renders itself: taken out, and the result loads
-    applied = toml.edit_target(template, plan, "/x/config.toml.tmpl", True, case.profile)
+    applied = toml.edit_target(template, EditPlan.of(plan), "/x/config.toml.tmpl", True, case.profile)
     fixed = applied.text
-    assert applied.removed_for_base == ["nvidia"]
+    assert applied.removed_for_base == ("nvidia",)
     composed = engine_cases.base_fixtures.compose(fixed, case.base_text)
     for line in case.containerd_lines:
         assert lab.config_dump(line, composed).rc == 0

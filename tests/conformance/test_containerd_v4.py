@@ -28,7 +28,7 @@ import tomllib
 import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils import engine_view as changes
 
 from ansible_collections.k3s_gpu.nvidia.tests import testbins
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
@@ -78,10 +78,10 @@ class Node(lab.NodeTree):
         facts = detect.gather(self.root, "containerd", version)
         plan, file_changes = changes.compute(NodeFacts.from_reading(facts), params)
         for change in file_changes:
-            if change["after"] is None:
-                os.unlink(change["path"])
+            if change.after is None:
+                os.unlink(change.path)
             else:
-                self.write(change["node_path"], change["after"])
+                self.write(change.node_path, change.after)
         return plan, file_changes
 
 
@@ -95,7 +95,7 @@ def test_v4_config_edited_by_the_engine_loads_as_v4(tmp_path, default_v4):
     node.write("/etc/containerd/config.toml", original)
     plan, file_changes = node.converge("2.3.4")
     assert (plan["target"]["mode"], plan["target"]["schema"]) == ("config", 4)
-    assert [c["node_path"] for c in file_changes] == ["/etc/containerd/config.toml"]
+    assert [c.node_path for c in file_changes] == ["/etc/containerd/config.toml"]
     edited = node.read("/etc/containerd/config.toml")
     assert edited.startswith(original) and edited.splitlines()[0] == "version = 4"
     rc, data, stderr = config_dump("2.3.4", node.host("/etc/containerd/config.toml"))
@@ -124,7 +124,7 @@ def test_dropin_follows_the_root_and_loads(tmp_path, default_v4, root_version):
     node.write("/etc/containerd/config.toml", root)
     plan, file_changes = node.converge("2.3.4", default_runtime="nvidia")
     assert (plan["target"]["mode"], plan["target"]["schema"]) == ("dropin", root_version)
-    assert [c["node_path"] for c in file_changes] == ["/etc/containerd/conf.d/50-k3s-gpu-nvidia.toml"]
+    assert [c.node_path for c in file_changes] == ["/etc/containerd/conf.d/50-k3s-gpu-nvidia.toml"]
     dropin = node.read("/etc/containerd/conf.d/50-k3s-gpu-nvidia.toml")
     assert tomllib.loads(dropin)["version"] == root_version
     assert node.read("/etc/containerd/config.toml") == root  # the root is not touched

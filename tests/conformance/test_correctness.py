@@ -20,7 +20,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils import engine_view as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _template_check as check
 from ansible_collections.k3s_gpu.nvidia.tests.containerd_tables import CRUN, NVIDIA_CTK_V2, RUNC_SYSTEMD, default_runtime
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
@@ -65,7 +65,7 @@ class Node(lab.NodeTree):
         facts = detect.gather(self.root, distribution, release, binaries=list(NVIDIA.values()))
         plan, file_changes = changes.compute(NodeFacts.from_reading(facts), dict(params, state="present"))
         for change in file_changes:
-            self.write(change["node_path"], change["after"])
+            self.write(change.node_path, change.after)
         return facts, plan, file_changes
 
 
@@ -121,7 +121,7 @@ def k3s_node(tmp_path, template):
 def test_a_template_without_base_is_edited_into_a_config_containerd_loads(lab_versions, tmp_path):
     node = k3s_node(tmp_path, NVIDIA_CTK_V2)
     facts, plan, file_changes = node.converge("k3s", K3S_RELEASE)
-    assert [c["node_path"] for c in file_changes] == [TEMPLATE_V2]
+    assert [c.node_path for c in file_changes] == [TEMPLATE_V2]
     after = node.read(TEMPLATE_V2)
     assert after.startswith(NVIDIA_CTK_V2)
     assert any("[no_base]" in w for w in plan["warnings"])

@@ -36,7 +36,7 @@ import pytest
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils import engine_view as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_write as node_write
 
 from ansible_collections.k3s_gpu.nvidia.tests import testbins
@@ -108,7 +108,7 @@ class Node(lab.NodeTree):
         facts = detect.gather(self.root, "containerd", release_of(line), binaries=list(NVIDIA.values()))
         plan, file_changes = changes.compute(NodeFacts.from_reading(facts), params)
         for change in file_changes:
-            self.write(change["node_path"], change["after"])
+            self.write(change.node_path, change.after)
         return plan, file_changes
 
 
@@ -308,10 +308,10 @@ def test_k3s_on_the_host_containerd_is_configured_where_its_pods_run(tmp_path, l
     facts = detect.gather(node.root, distribution, release, binaries=list(NVIDIA.values()))
     assert (facts["distribution"], facts["release"]) == ("containerd", release_of(line))
     plan, file_changes = changes.compute(NodeFacts.from_reading(facts), {})
-    assert [c["node_path"] for c in file_changes] == [plan["target"]["path"]]
+    assert [c.node_path for c in file_changes] == [plan["target"]["path"]]
     assert plan["target"]["path"] in ("/etc/containerd/config.toml", "/etc/containerd/conf.d/50-k3s-gpu-nvidia.toml")
     assert any("host's containerd" in note for note in plan["notes"])
-    node.write(plan["target"]["path"], file_changes[0]["after"])
+    node.write(plan["target"]["path"], file_changes[0].after)
     runtimes = loaded_runtimes(dump(line, node.host("/etc/containerd/config.toml")))
     assert {name: runtimes[name]["options"]["BinaryName"] for name in NVIDIA} == NVIDIA
     assert os.listdir(node.host("/var/lib/rancher/%s/agent/etc/containerd" % distribution)) == []
@@ -347,9 +347,9 @@ def test_the_validate_command_refuses_what_containerd_refuses(tmp_path, line):
     node.write("/etc/containerd/config.toml", default_config(line))
     _plan, file_changes = node.converge(line)
     good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
-    good.write_text(file_changes[0]["after"], encoding="utf-8")
-    first_table = re.search(r"^\s*(\[[^\[].*\])\s*$", file_changes[0]["after"], re.M).group(1)
-    bad.write_text(file_changes[0]["after"] + "\n" + first_table + "\n", encoding="utf-8")
+    good.write_text(file_changes[0].after, encoding="utf-8")
+    first_table = re.search(r"^\s*(\[[^\[].*\])\s*$", file_changes[0].after, re.M).group(1)
+    bad.write_text(file_changes[0].after + "\n" + first_table + "\n", encoding="utf-8")
     for path, expected in ((good, 0), (bad, 1)):
         proc = subprocess.run((command % path).split(), capture_output=True, text=True, timeout=60, env=env, check=False)
         assert (proc.returncode != 0) == bool(expected), (path, proc.stderr[-500:])

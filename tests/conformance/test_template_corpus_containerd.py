@@ -26,7 +26,7 @@ import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils import engine_view as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _template_check as check
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.tests.corpus import corpus
@@ -71,10 +71,10 @@ class Node:
         facts = detect.gather(self.root, self.distribution, release)
         self.plan, file_changes = changes.compute(NodeFacts.from_reading(facts), {})
         for change in file_changes:
-            if change["after"] is None:
-                os.unlink(self.root + change["node_path"])
+            if change.after is None:
+                os.unlink(self.root + change.node_path)
             else:
-                self._write(change["node_path"], change["after"])
+                self._write(change.node_path, change.after)
         self.facts = detect.gather(self.root, self.distribution, release)
         self.profile = self.facts["profile"]
         text = self.facts["files"]["template_v3" if case["schema"] == 3 else "template_v2"]["content"]

@@ -22,12 +22,14 @@ import hashlib
 import json
 import os
 import tempfile
+from typing import Any, Dict, Mapping, Optional
 
 # The check's code: _template_check and every module of the collection it imports, directly or not
 # (plugins/ relative). A new import of the engine belongs here, or a stale verdict could be reused.
 _ENGINE_FILES = (
     "plugin_utils/containerd/_check_cache.py", "plugin_utils/containerd/_gotemplate.py", "plugin_utils/_release_rules.py",
     "plugin_utils/containerd/_template_check.py", "plugin_utils/containerd/_toml.py", "plugin_utils/containerd/_toml_read.py",
+    "plugin_utils/containerd/_types.py", "plugin_utils/_node_facts.py",
     "module_utils/_distro.py", "module_utils/_errors.py", "module_utils/_k3s_base.py", "module_utils/_plan.py", "module_utils/_values.py",
 )
 
@@ -44,7 +46,7 @@ def _engine_digest():
 ENGINE_DIGEST = _engine_digest()
 
 
-def fingerprint(**inputs):
+def fingerprint(**inputs: Any) -> str:
     """The key of a check: every input, and the engine's code."""
     text = json.dumps(inputs, sort_keys=True, default=repr, separators=(",", ":"))
     return hashlib.sha256((ENGINE_DIGEST + "\n" + text).encode("utf-8")).hexdigest()
@@ -58,7 +60,7 @@ class CheckCache:
     def _path(self, key):
         return os.path.join(self.directory, key + ".json")
 
-    def get(self, key):
+    def get(self, key: str) -> Optional[Dict[str, Any]]:
         if key in self.memory:
             return self.memory[key]
         if not self.directory:
@@ -73,7 +75,7 @@ class CheckCache:
         self.memory[key] = value
         return value
 
-    def put(self, key, value):
+    def put(self, key: str, value: Mapping[str, Any]) -> None:
         value = dict(value, key=key)
         self.memory[key] = value
         if not self.directory:

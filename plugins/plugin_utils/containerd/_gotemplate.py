@@ -23,6 +23,7 @@ Go's own text/template is the oracle for this model in the tests (tests/oracle).
 from __future__ import annotations
 
 import re
+from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import unquoted_find
@@ -81,7 +82,7 @@ def _right_trim_at(text, index):
     return 0
 
 
-def lex(text):
+def lex(text: str) -> List[Tuple[Any, ...]]:
     """The template as a list of ("text", str, line) and ("action", Action) items. Raises TemplateError."""
     items = []
     pos = 0
@@ -323,7 +324,7 @@ class _Parser:
         self.nid += 1
         return Node(kind, line, a, b, c, d, self.nid)
 
-    def parse(self):
+    def parse(self) -> Template:
         self._apply_trims()
         self.in_comment = set(id(a) for a in comment_actions(self.text, self.items))
         self.result.comment_actions = [(a.line, _action_kind(a), a.trim_right) for a in
@@ -560,7 +561,7 @@ class _Parser:
         return self._node("command", tokens[0].line, operands)
 
 
-def comment_actions(text, items):
+def comment_actions(text: str, items: Sequence[Tuple[Any, ...]]) -> List[Action]:
     """The actions that sit after a TOML `#` on their line (outside a string): k3s executes them."""
     found = []
     for item in items:
@@ -581,7 +582,7 @@ def _action_kind(action):
     return "value"
 
 
-def comment_actions_of(text):
+def comment_actions_of(text: str) -> List[Tuple[int, str, bool]]:
     """(line, kind, trims the newline) of the actions in TOML comments, for text that may not parse."""
     try:
         items = lex(text)
@@ -598,7 +599,7 @@ def _hash_outside_string(before):
     return unquoted_find(before, "#") >= 0
 
 
-def parse(text, funcs=(), name="main"):
+def parse(text: str, funcs: Iterable[str] = (), name: str = "main") -> Template:
     """Parse a template like Go's template.New(name).Funcs(funcs).Parse(text). Raises TemplateError."""
     return _Parser(text, funcs, name).parse()
 
@@ -618,7 +619,7 @@ class Unknown:
     def __init__(self, type_, typical=_NO_TYPICAL, source=None):
         self.type, self.typical, self.source = type_ or ANY, typical, source
 
-    def has_typical(self):
+    def has_typical(self) -> bool:
         return self.typical is not _NO_TYPICAL
 
 
@@ -637,16 +638,16 @@ class TypedMap(dict):
         super().__init__(items)
         self.elem = elem
 
-    def missing(self):
+    def missing(self) -> Any:
         return zero_value(self.elem)
 
 
-def zero_of(type_):
+def zero_of(type_: Mapping[str, Any]) -> Union[str, bool, int, None]:
     kind = type_["kind"]
     return {"string": "", "bool": False, "int": 0}.get(kind)
 
 
-def zero_value(type_):
+def zero_value(type_: Mapping[str, Any]) -> Any:
     """Go's zero value of a type: a struct of zero fields, an empty map or slice, "" / false / 0."""
     kind = type_["kind"]
     if kind == "struct":
@@ -683,7 +684,7 @@ def _placeholder(type_):
     return "k3s-gpu-unknown"
 
 
-def format_value(value):
+def format_value(value: Any) -> str:
     """Go's fmt.Sprint of a value, as {{ }} prints it."""
     if isinstance(value, Unknown):
         return format_value(value.typical) if value.has_typical() else _placeholder(value.type)
@@ -710,14 +711,14 @@ class Output:
     def __init__(self):
         self.pieces = []
 
-    def write(self, text, origin):
+    def write(self, text: str, origin: Tuple[str, int]) -> None:
         if text:
             self.pieces.append((text, origin))
 
-    def text(self):
+    def text(self) -> str:
         return "".join(p[0] for p in self.pieces)
 
-    def line_origins(self):
+    def line_origins(self) -> List[Optional[Tuple[str, int]]]:
         """Origin (name, line) of each output line: that of its first non-blank piece; the lines of
         a text piece count on from the line it starts on."""
         origins = [None]
@@ -774,7 +775,7 @@ class Execution:
         self.calls = []          # (name, line) actually executed
 
     # decisions: a condition or range over an unknown value
-    def decide(self, node, typical, what):
+    def decide(self, node: Node, typical: bool, what: str) -> bool:
         key = node.nid
         choice = self.decisions.get(key, typical)
         self.taken[key] = choice
@@ -782,7 +783,7 @@ class Execution:
         self.decision_lines[key] = (node.line, what)
         return choice
 
-    def run(self, name, dot, output):
+    def run(self, name: str, dot: Any, output: Output) -> None:
         if name not in self.template.trees:
             if name in self.externals:
                 return self.externals[name](self, dot, output)
@@ -1110,7 +1111,7 @@ def _sprintf(fmt, args, line):
         raise TemplateError("exec_error", line, "printf: format is not a string")
     values = list(args)
 
-    def verb(match):
+    def verb(match: re.Match[str]) -> str:
         flags, width, precision, letter = match.groups()
         if letter == "%":
             return "%"
@@ -1146,11 +1147,13 @@ class Run:
         self.findings, self.calls = findings, calls
 
     @property
-    def flipped(self):
+    def flipped(self) -> List[int]:
         return sorted(k for k, v in self.taken.items() if v != self.typical.get(k))
 
 
-def explore(template, data, externals=None, funcs=None, name="main", limit=32):
+def explore(template: Template, data: Any, externals: Optional[Mapping[str, Callable[[Execution, Any, Output], Any]]] = None,
+            funcs: Optional[Mapping[str, Callable[..., Any]]] = None, name: str = "main",
+            limit: int = 32) -> Tuple[List[Run], bool]:
     """Run the template for the typical choices, then with the decisions flipped, breadth first.
 
     A run forces the choices of its parent plus one more decision the other way, so the first n+1

@@ -11,13 +11,15 @@ PRIVATE to the collection. Controller side. `execute_module(name, args)` runs a 
 from __future__ import annotations
 
 import copy
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 
-def facts_for(result, params, execute_module, binaries):
+def facts_for(result: Dict[str, Any], params: Mapping[str, Any], execute_module: Callable[[str, Dict[str, Any]], Dict[str, Any]],
+              binaries: Sequence[str]) -> Optional[NodeFacts]:
     """The NodeFacts containerd_runtimes works on, for its options (binaries: the runtimes' own binaries, each
     looked at on the node). Notes in the task's result where they come from (facts_source) and the reading's
     warnings; None where the task fails (result["failed"] and its message set)."""
@@ -41,7 +43,8 @@ def facts_for(result, params, execute_module, binaries):
     return facts
 
 
-def node_facts(params, execute_module, binaries):
+def node_facts(params: Mapping[str, Any], execute_module: Callable[[str, Dict[str, Any]], Dict[str, Any]],
+               binaries: Sequence[str]) -> Tuple[Dict[str, Any], str]:
     """(reading, source) for containerd_runtimes' options: params["node_facts"] where it fits them (a copy, source
     "node_facts") and was read with the same newer_release policy, else the node read now ("read"). A failed reading
     is returned as the module's result."""
@@ -53,7 +56,7 @@ def node_facts(params, execute_module, binaries):
     return read_node(execute_module, params, binaries), "read"
 
 
-def typed(reading, source):
+def typed(reading: Dict[str, Any], source: str) -> NodeFacts:
     """The NodeFacts of a reading of node_facts(). Raises K3sGpuError naming the option where node_facts is not
     runtime_info's result."""
     if source == "node_facts":
@@ -63,7 +66,7 @@ def typed(reading, source):
     return NodeFacts.from_reading(reading, "runtime_info's reading of the node", "")
 
 
-def given_facts(params, binaries):
+def given_facts(params: Mapping[str, Any], binaries: Sequence[str]) -> Optional[Dict[str, Any]]:
     """A copy of params["node_facts"] when that reading fits this task's options, else None (read the node)."""
     given = params.get("node_facts")
     if not given or given.get("failed") or given.get("skipped"):
@@ -80,7 +83,8 @@ def given_facts(params, binaries):
     return copy.deepcopy(dict(given)) if fits else None
 
 
-def read_node(execute_module, params, binaries=()):
+def read_node(execute_module: Callable[[str, Dict[str, Any]], Dict[str, Any]], params: Mapping[str, Any],
+              binaries: Sequence[str] = ()) -> Dict[str, Any]:
     """A runtime_info reading with the file texts, for these options. The module's result (failed included)."""
     return execute_module("k3s_gpu.nvidia.runtime_info", dict(
         root=params["root"], distribution=params["distribution"], release=params["release"], data_dir=params["data_dir"],
@@ -88,14 +92,14 @@ def read_node(execute_module, params, binaries=()):
         binaries=[b for b in binaries if b.startswith("/")], include_content=True, include_plan=False))
 
 
-def config_text(facts, key):
+def config_text(facts: NodeFacts, key: str) -> Optional[str]:
     """The text of one of the files a reading (read_node, as a NodeFacts) has under `files` (key: generated_config,
     dropin_v3, ...), or None where it is not a file or was read without its text."""
     entry = facts.files.get(key) or {}
     return entry.get("content") if entry.get("state") == "file" else None
 
 
-def loaded_runtimes(facts):
+def loaded_runtimes(facts: NodeFacts) -> Dict[str, Tuple[Optional[str], Optional[str]]]:
     """{handler: (BinaryName or None, file)} of the NVIDIA tables in what containerd loads, from a reading (a
     NodeFacts) with the file texts: the config.toml k3s/rke2 wrote and the drop-ins (ours and the others). The drop-ins
     count also before k3s/rke2 has started once (no config.toml yet): containerd imports them at its first start."""

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The write step: the file changes of _changes.compute as k3s_gpu.nvidia.node_files entries (each written only if
+"""The write step: the file changes of a Rendered (_render) as k3s_gpu.nvidia.node_files entries (each written only if
 the file is still the text the change was computed from), one node_files execution, and each file's outcome in the
 task's result.
 
@@ -12,13 +12,16 @@ PRIVATE to the collection. Controller side."""
 from __future__ import annotations
 
 import hashlib
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes_engine
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _bookkeeping as bookkeeping
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd._types import FileChange, Rendered
 
 # owner/group/mode/SELinux options of the task, passed on to every file it writes
 _NOT_FILE_ARGS = ("src", "follow", "force", "content", "backup", "remote_src", "regexp", "delimiter", "directory_mode")
@@ -30,12 +33,15 @@ NEW_DIR_MODE = "0755"
 SYSTEM_DIRECTORIES = ("/", "/etc", "/var", "/var/lib", "/opt", "/usr", "/usr/local", "/run", "/srv", "/home")
 
 
-def write(result, facts, plan, changes, params, execute_module, own_files, write_now=True):
+def write(result: Dict[str, Any], facts: NodeFacts, rendered: Rendered, params: Mapping[str, Any],
+          execute_module: Callable[[str, Dict[str, Any]], Dict[str, Any]], own_files: bool,
+          write_now: bool = True) -> Dict[str, Any]:
     """Write the changes on the node (one node_files execution) and note each file's outcome in result["files"].
     write_now=False: only result["write_due"], whether node_files would run."""
+    changes = rendered.changes
     validate = node_validate(facts, params)
     entries = [write_entry(change, params, validate, own_files) for change in changes]
-    entries += attribute_entries(facts, plan, changes, params)
+    entries += attribute_entries(facts, rendered.plan.target, changes, params)
     entries += leftover_entries(facts, entries, params, own_files)
     if not write_now:
         result["write_due"] = bool(entries)
@@ -46,9 +52,9 @@ def write(result, facts, plan, changes, params, execute_module, own_files, write
     outcomes = written.get("files") or []
     for entry, outcome, change in zip(result["files"], outcomes, changes):
         entry["backup_file"] = outcome.get("backup_file")
-        if own_files and not entry["backup_file"] and change["before"] is not None and change["key"] != "cdi_spec":
+        if own_files and not entry["backup_file"] and change.before is not None and change.key != "cdi_spec":
             # no copy on the node (the take-back keeps none): a rollback after a failed restart writes this text back
-            entry["restore_content"] = change["before"]
+            entry["restore_content"] = change.before
         if outcome.get("parent_removed"):
             entry["parent_removed"] = outcome["parent_removed"]  # an emptied directory of ours (state absent)
     if any(o.get("action") == "attributes" for o in outcomes[len(changes):]):
@@ -60,7 +66,7 @@ def write(result, facts, plan, changes, params, execute_module, own_files, write
     return result
 
 
-def node_validate(facts, params):
+def node_validate(facts: NodeFacts, params: Mapping[str, Any]) -> Optional[str]:
     """The validate command for containerd's TOML: the task's own (an empty string turns it off), else on
     plain containerd with root / the node's containerd reading the new file before it replaces the old one
     (`config dump` fails on what containerd would refuse at start). The binary is one of the fixed paths
@@ -81,11 +87,11 @@ def _sha1(text):
 _OWN_KEYS = release_rules.OWN_DROPINS + ("default_runtime_file", "labels_file_legacy", "cdi_spec")
 
 
-def only_ours(change):
+def only_ours(change: FileChange) -> bool:
     """Whether only the collection ever wrote this file: its drop-ins, default-runtime file, bookkeeping, generated
     CDI spec, or a file it created (the managed header first)."""
-    before = change.get("before") or ""
-    return (change["key"] in _OWN_KEYS or change["key"].endswith(("_orig", "_record")) or bool(change.get("mode"))
+    before = change.before or ""
+    return (change.key in _OWN_KEYS or change.key.endswith(("_orig", "_record")) or bool(change.mode)
             or before.startswith((toml.MANAGED_HEADER, toml.MANAGED_YAML_HEADER)))
 
 
@@ -95,7 +101,7 @@ def only_ours(change):
 _PRUNABLE_TOPS = ("/etc/rancher", "/var/backups")
 
 
-def prune_top(node_path):
+def prune_top(node_path: str) -> str:
     """The highest directory above node_path that a take-back may remove once it is empty: /etc/rancher for
     /etc/rancher/k3s/config.yaml.d/x, /var/backups for the copies, else the file's own directory (a drop-in's)."""
     parent = node_path.rsplit("/", 1)[0] or "/"
@@ -105,51 +111,52 @@ def prune_top(node_path):
     return parent
 
 
-def _host_of(change, node_path):
-    """node_path on the host of change (the same root prefix)."""
-    return change["path"][:len(change["path"]) - len(change["node_path"])] + node_path
+def _host_of(host_path, node_path, other):
+    """other (a path on the node) on the host of the file at host_path (node_path on the node): the same root prefix."""
+    return host_path[:len(host_path) - len(node_path)] + other
 
 
-def backup_fields(change, params, own_files=False):
+def backup_fields(change: FileChange, params: Mapping[str, Any], own_files: bool = False) -> Dict[str, Any]:
     """node_files' backup options for one change: the copy goes under BACKUP_DIR (never into a directory k3s, rke2 or
     containerd import), the newest BACKUP_KEEP per file are kept; a file only the collection wrote is not copied when
     it is removed; the role's take-back (state absent) keeps no copy at all and drops the earlier ones of each file it
     puts back or removes, so the node ends as it was before the first converge."""
-    root = change["path"][:len(change["path"]) - len(change["node_path"])]
-    fields = {"backup_to": root + release_rules.backup_prefix(change["node_path"]),
+    root = change.path[:len(change.path) - len(change.node_path)]
+    fields = {"backup_to": root + release_rules.backup_prefix(change.node_path),
               "backup_root": root + prune_top(release_rules.BACKUP_DIR),
               "backup_keep": release_rules.BACKUP_KEEP}
-    if change.get("keep_copy"):
+    if change.keep_copy:
         fields["backup"] = True
     elif own_files and params.get("state") == "absent":
         fields.update(backup=False, drop_backups=True)
-    elif change["after"] is None and only_ours(change):
+    elif change.after is None and only_ours(change):
         fields["backup"] = False
     else:
         fields["backup"] = bool(params["backup"])
     return fields
 
 
-def write_entry(change, params, validate=None, own_files=False):
+def write_entry(change: FileChange, params: Mapping[str, Any], validate: Optional[str] = None,
+                own_files: bool = False) -> Dict[str, Any]:
     """One k3s_gpu.nvidia.node_files entry: the new text (or removal) and the text it was computed from. validate: the
     command that checks containerd's TOML (node_validate), else the task's own."""
-    entry = {"path": change["path"], "directory_mode": NEW_DIR_MODE,
-             "expected_state": "file" if change["exists"] else "absent",
-             "expected_sha1": (change.get("sha1") or _sha1(change["before"])) if change["exists"] else None}
+    entry = {"path": change.path, "directory_mode": NEW_DIR_MODE,
+             "expected_state": "file" if change.exists else "absent",
+             "expected_sha1": (change.sha1 or _sha1(change.before)) if change.exists else None}
     entry.update(backup_fields(change, params, own_files))
-    if change["after"] is None:
+    if change.after is None:
         entry["state"] = "absent"
-        if change.get("remove_empty_parent"):
+        if change.remove_empty_parent:
             entry["remove_empty_parent"] = True
-            top = prune_top(change["node_path"])
+            top = prune_top(change.node_path)
             if top not in SYSTEM_DIRECTORIES:
-                entry["prune_parents_to"] = _host_of(change, top)
+                entry["prune_parents_to"] = _host_of(change.path, change.node_path, top)
         return entry
-    entry.update(state="file", content=change["after"])
-    if change.get("mode"):
-        entry["mode"] = change["mode"]  # the collection's own bookkeeping: fixed attributes, no validation
+    entry.update(state="file", content=change.after)
+    if change.mode:
+        entry["mode"] = change.mode  # the collection's own bookkeeping: fixed attributes, no validation
         return entry
-    if change["key"] != "default_runtime_file":  # the validate command is for containerd's TOML
+    if change.key != "default_runtime_file":  # the validate command is for containerd's TOML
         entry["validate"] = validate if validate is not None else params.get("validate")
     for key in FILE_ARGS:
         if params.get(key) is not None:
@@ -158,10 +165,11 @@ def write_entry(change, params, validate=None, own_files=False):
 
 
 # the files the take-back looks after: the user's files it edits in place and its own, whose directory goes with them
-_TAKEN_BACK = changes_engine.ORIGINAL_KEYS + release_rules.OWN_DROPINS + changes_engine.PRUNED_PARENTS
+_TAKEN_BACK = bookkeeping.ORIGINAL_KEYS + release_rules.OWN_DROPINS + bookkeeping.PRUNED_PARENTS
 
 
-def leftover_entries(facts, entries, params, own_files=False):
+def leftover_entries(facts: NodeFacts, entries: List[Dict[str, Any]], params: Mapping[str, Any],
+                     own_files: bool = False) -> List[Dict[str, Any]]:
     """The role's take-back (state absent) also clears what an interrupted take-back left of files it already put back
     or removed: their copies under the backup tree and the directories of ours they emptied. One entry per such file
     that no change covers; it changes nothing of the file itself (the kept original's copy of a file changed since
@@ -180,24 +188,24 @@ def leftover_entries(facts, entries, params, own_files=False):
         state = (facts.files.get(key) or {}).get("state") or "absent"
         if state not in ("absent", "file"):
             continue
-        change = {"path": host, "node_path": node_path}
         entry = {"path": host, "state": "tidy", "backup": False, "drop_backups": True,
-                 "backup_to": _host_of(change, release_rules.backup_prefix(node_path)),
-                 "backup_root": _host_of(change, prune_top(release_rules.BACKUP_DIR))}
-        if key in changes_engine.PRUNED_PARENTS and state == "absent":
-            entry.update(remove_empty_parent=True, prune_parents_to=_host_of(change, prune_top(node_path)))
+                 "backup_to": _host_of(host, node_path, release_rules.backup_prefix(node_path)),
+                 "backup_root": _host_of(host, node_path, prune_top(release_rules.BACKUP_DIR))}
+        if key in bookkeeping.PRUNED_PARENTS and state == "absent":
+            entry.update(remove_empty_parent=True, prune_parents_to=_host_of(host, node_path, prune_top(node_path)))
         out.append(entry)
     return out
 
 
-def attribute_entries(facts, plan, changes, params):
+def attribute_entries(facts: NodeFacts, target: Mapping[str, Any], changes: Any,
+                      params: Mapping[str, Any]) -> List[Dict[str, Any]]:
     """owner/group/mode/SELinux on the target even when its text is already right."""
     if not any(params.get(k) is not None for k in FILE_ARGS if k != "unsafe_writes"):
         return []
-    target_path = facts.host_path(plan["target"]["path"])
-    if any(c["path"] == target_path for c in changes):
+    target_path = facts.host_path(target["path"])
+    if any(c.path == target_path for c in changes):
         return []  # its write entry carries the attributes
-    if (facts.files.get(plan["target"]["key"]) or {}).get("state") != "file":
+    if (facts.files.get(target["key"]) or {}).get("state") != "file":
         return []
     entry = {"path": target_path, "state": "file", "expected_state": "file"}
     entry.update((k, params[k]) for k in FILE_ARGS if params.get(k) is not None)

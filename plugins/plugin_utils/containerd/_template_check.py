@@ -21,14 +21,19 @@ from __future__ import annotations
 
 import re
 import tomllib
+from typing import TYPE_CHECKING, Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import several
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, several
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _gotemplate as gotemplate
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml_read as toml_read
+
+if TYPE_CHECKING:  # check() imports it only when given a cache: its import reads the engine's files (the digest)
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd._check_cache import CheckCache
 
 REFUSE = "refuse"
 WARN = "warn"
@@ -64,7 +69,7 @@ CODES = {
 }
 
 
-def k3s_funcs(profile):
+def k3s_funcs(profile: Mapping[str, Any]) -> Tuple[str, ...]:
     """k3s's FuncMap for this release (distro.TEMPLATE_FUNCS; docs/template-data.md)."""
     release = distro.Release(profile["distribution"], profile["release"])
     return tuple(name for name, feature in release_rules.TEMPLATE_FUNCS if _present(release, feature))
@@ -82,7 +87,7 @@ def _deschemify(url):
 def _to_json(value):
     import json
 
-    def plain(item):  # a struct marshals its fields in declaration order, a map by sorted keys
+    def plain(item: Any) -> Any:  # a struct marshals its fields in declaration order, a map by sorted keys
         if isinstance(item, gotemplate.Struct):
             return {name: plain(item.values.get(name)) for name in item.type.get("fields", {})}
         if isinstance(item, dict):
@@ -109,15 +114,15 @@ class Finding:
         self.severity = severity or CODES[code][0]
         self.table = table  # key path of the table a duplicate is about
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, Any]:
         return {"code": self.code, "severity": self.severity, "line": self.line, "message": self.message,
                 "fix": self.fix, "when": self.when}
 
-    def cause_text(self, path):
+    def cause_text(self, path: str) -> str:
         where = "%s: line %d" % (path, self.line) if self.line else path
         return "%s: %s [%s]" % (where, self.message, self.code)
 
-    def text(self, path):
+    def text(self, path: str) -> str:
         return "%s. Fix: %s" % (self.cause_text(path), self.fix)
 
 
@@ -131,12 +136,12 @@ class Report:
         self.user_tables = set()  # (key path, line) of the tables the template itself renders, now
         self.base_called = False  # whether a run of the template, now, executes {{ template "base" . }}
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, Any]:
         return {"path": self.path, "runs": self.runs, "complete": self.complete, "normalized": self.normalized,
                 "findings": [dict(f.as_dict(), table=list(f.table) if f.table else None) for f in self.findings]}
 
     @classmethod
-    def from_dict(cls, data):
+    def from_dict(cls, data: Mapping[str, Any]) -> Report:
         report = cls(data["path"])
         report.runs, report.complete, report.normalized = data["runs"], data["complete"], data["normalized"]
         for item in data["findings"]:
@@ -144,31 +149,31 @@ class Report:
                                            severity=item["severity"], table=tuple(item["table"]) if item["table"] else None))
         return report
 
-    def add(self, finding):
+    def add(self, finding: Finding) -> None:
         for other in self.findings:
             if (other.code, other.line, other.when) == (finding.code, finding.line, finding.when):
                 return
         self.findings.append(finding)
 
     @property
-    def refusals(self):
+    def refusals(self) -> List[Finding]:
         return [f for f in self.findings if f.severity == REFUSE and f.when != UPGRADE]
 
     @property
-    def warnings(self):
+    def warnings(self) -> List[Finding]:
         return [f for f in self.findings if f.severity == WARN and f.when != UPGRADE]
 
     @property
-    def upgrade(self):
+    def upgrade(self) -> List[Finding]:
         return [f for f in self.findings if f.when == UPGRADE]
 
     @property
-    def outcome(self):
+    def outcome(self) -> str:
         if self.refusals:
             return REFUSE
         return WARN if self.warnings or self.upgrade else "edit"
 
-    def refusal(self, findings=None):
+    def refusal(self, findings: Optional[Sequence[Finding]] = None) -> K3sGpuError:
         """One K3sGpuError for the refused findings (default: all): their causes, then their fixes (each labelled
         with its line and code where there are several), and that nothing was written."""
         findings = self.refusals if findings is None else findings
@@ -188,7 +193,7 @@ _S, _B, _I = {"kind": "string"}, {"kind": "bool"}, {"kind": "int"}
 _DATA_TYPES = {}
 
 
-def data_type(profile):
+def data_type(profile: Mapping[str, Any]) -> Dict[str, Any]:
     """The type of the template data (k3s's ContainerdConfig) for a release, from the feature table
     (computed once per release: it depends on nothing else, and is never changed after)."""
     key = (profile["distribution"], profile["release"])
@@ -262,7 +267,8 @@ def _set(struct, path, value):
         node.values[parts[-1]] = value
 
 
-def node_data(facts, profile, detected, default_runtime):
+def node_data(facts: NodeFacts, profile: Mapping[str, Any], detected: Sequence[Mapping[str, Any]],
+              default_runtime: Optional[str]) -> gotemplate.Struct:
     """The template data as far as the controller knows it; the rest is Unknown (typical values)."""
     type_ = data_type(profile)
     data = gotemplate.Struct(type_)
@@ -299,7 +305,8 @@ def _lookup(type_, parts):
     return node
 
 
-def base_params(facts, profile, detected, default_runtime):
+def base_params(facts: NodeFacts, profile: Mapping[str, Any], detected: Sequence[Mapping[str, Any]],
+                default_runtime: Optional[str]) -> Dict[str, Any]:
     """The parameters _k3s_base renders with, for this node (paths from its data dir)."""
     paths = facts.paths
     data_dir = paths["data_dir"]
@@ -312,9 +319,10 @@ def base_params(facts, profile, detected, default_runtime):
             "default_runtime": default_runtime, "containerd_dir": paths["containerd_dir"]}
 
 
-def node_base(facts, profile, schema, detected, default_runtime):
+def node_base(facts: NodeFacts, profile: Mapping[str, Any], schema: int, detected: Sequence[Mapping[str, Any]],
+              default_runtime: Optional[str]) -> k3s_base.Rendering:
     """The base k3s renders for this node state, as a k3s_base.Rendering: worked out once per task and read by the
-    template check, the release's own runtime tables and the layers under a drop-in (_changes)."""
+    template check, the release's own runtime tables and the layers under a drop-in (_decide)."""
     return _base_of(facts, profile, schema, detected, default_runtime, None)
 
 
@@ -328,7 +336,7 @@ def _base_external(base):
     """The base line's output for the template model: base.text, each line marked as the base's."""
     lines = base.text.splitlines(True)
 
-    def render(_execution, _dot, output):
+    def render(_execution: gotemplate.Execution, _dot: Any, output: gotemplate.Output) -> None:
         for number, line in enumerate(lines, 1):
             output.write(line, ("base", number))
     return render
@@ -336,7 +344,7 @@ def _base_external(base):
 
 # --- the check -----------------------------------------------------------------------------------
 
-def after_install_runtimes(facts, profile):
+def after_install_runtimes(facts: NodeFacts, profile: Mapping[str, Any]) -> List[Dict[str, Any]]:
     """What k3s detects once the toolkit packages are installed (nvidia-container-toolkit and its
     operator extensions put nvidia-container-runtime and .cdi into /usr/bin): today's detection plus
     those of the two it does not detect yet."""
@@ -349,8 +357,11 @@ def after_install_runtimes(facts, profile):
     return sorted(detected, key=lambda r: r["name"])
 
 
-def check(text, path, facts, schema, default_runtime=None, after_install=None, target_profile=None,
-          target_detected=None, normalize=False, profile=None, ours=(), light=False, cache=None, base=None):
+def check(text: str, path: str, facts: NodeFacts, schema: int, default_runtime: Optional[str] = None,
+          after_install: Optional[Sequence[Mapping[str, Any]]] = None, target_profile: Optional[Mapping[str, Any]] = None,
+          target_detected: Optional[Sequence[Mapping[str, Any]]] = None, normalize: bool = False, profile: Optional[Mapping[str, Any]] = None,
+          ours: Collection[str] = (), light: bool = False, cache: Optional[CheckCache] = None,
+          base: Optional[k3s_base.Rendering] = None) -> Report:
     """Report on a template k3s/rke2 will render. text: its current content; schema: 2 or 3 by name.
     ours: runtime names whose tables this module writes into the text (a later run takes them out
     once k3s detects the runtime, so they are no after-install duplicate). light: only what needs no
@@ -474,7 +485,8 @@ def _parse_checked(text, report, normalize, profile):
     return text, template
 
 
-def render(text, facts, schema, detected=None, default_runtime=None, profile=None):
+def render(text: str, facts: NodeFacts, schema: int, detected: Optional[Sequence[Mapping[str, Any]]] = None,
+           default_runtime: Optional[str] = None, profile: Optional[Mapping[str, Any]] = None) -> str:
     """What k3s renders from text for this node with the typical values (config.toml as text).
     Raises gotemplate.TemplateError where k3s cannot render it."""
     profile = profile or facts.profile
@@ -517,7 +529,7 @@ def _check_state(template, facts, profile, schema, detected, default_runtime, wh
     found = []
     keys = set()
 
-    def add(finding):
+    def add(finding: Finding) -> None:
         if when == UPGRADE:
             finding.when = UPGRADE
             finding.severity = WARN
@@ -674,7 +686,8 @@ _V2_ONLY_IN_V3 = ("containerd", "registry", "cni", "sandbox_image", "enable_cdi"
                   "device_ownership_from_security_context", "max_container_log_line_size", "disable_apparmor")
 
 
-def analyze(output, schema, profile, note="", base_lines=(), user_tables=None):
+def analyze(output: gotemplate.Output, schema: int, profile: Mapping[str, Any], note: str = "", base_lines: Sequence[int] = (),
+            user_tables: Optional[List[Tuple[Tuple[str, ...], int]]] = None) -> List[Finding]:
     """Findings on one rendered config (an Output with origins)."""
     text = output.text()
     lines = text.split("\n")
@@ -711,11 +724,11 @@ def analyze(output, schema, profile, note="", base_lines=(), user_tables=None):
 def _origin_readers(origins):
     """(user_line, from_base) for a rendered output's line origins: the template line that wrote an output line
     (0 for the base's), and whether the base wrote it."""
-    def user_line(number):
+    def user_line(number: int) -> int:
         origin = origins[number] if number < len(origins) else None
         return origin[1] if origin and origin[0] != "base" else 0
 
-    def from_base(number):
+    def from_base(number: int) -> bool:
         origin = origins[number] if number < len(origins) else None
         return bool(origin) and origin[0] == "base"
     return user_line, from_base
@@ -886,7 +899,7 @@ def _wrong_schema(tables, schema, user_line, from_base, note):
 _BOMS = ((b"\xef\xbb\xbf", "UTF-8"), (b"\xff\xfe", "UTF-16LE"), (b"\xfe\xff", "UTF-16BE"))
 
 
-def check_bytes(data, path, facts, schema, **kwargs):
+def check_bytes(data: bytes, path: str, facts: NodeFacts, schema: int, **kwargs: Any) -> Report:
     """check() on the raw bytes of a file: every encoding problem is named, then the text is checked."""
     report = Report(path)
     for bom, name in _BOMS:

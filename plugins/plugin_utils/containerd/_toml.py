@@ -13,9 +13,11 @@ text: every byte outside the tables we manage stays as it was, comments and spac
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import tomllib
+from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 try:
     import tomlkit
@@ -30,6 +32,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import unquoted_find
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml_read as toml_read
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd._types import EditPlan
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, several
 
 MANAGED_HEADER = "# Managed by Ansible: k3s_gpu.nvidia.containerd_runtimes rewrites the runtime tables in this file."
@@ -37,7 +40,7 @@ MANAGED_YAML_HEADER = "# Managed by Ansible: k3s_gpu.nvidia.containerd_runtimes 
 BASE_LINE = k3s_base.BASE_LINE
 
 
-def require_tomlkit():
+def require_tomlkit() -> None:
     if tomlkit is None:
         raise K3sGpuError("the Python library tomlkit is required on the Ansible controller: "
                           "pip install 'tomlkit>=0.12' (import error: %s)" % TOMLKIT_IMPORT_ERROR)
@@ -49,7 +52,7 @@ _PLACEHOLDER = "#k3s-gpu-go-template-line:%d"
 _PLACEHOLDER_RE = re.compile(r"^#k3s-gpu-go-template-line:(\d+)$")
 
 
-def mask_template(text, path):
+def mask_template(text: str, path: str) -> Tuple[str, List[str]]:
     """Replace every line holding a Go template action by a TOML comment placeholder.
 
     Returns (masked text, original lines by placeholder index). An action left open on its
@@ -70,7 +73,7 @@ def mask_template(text, path):
     return "\n".join(lines), originals
 
 
-def unmask_template(masked, originals):
+def unmask_template(masked: str, originals: Sequence[str]) -> str:
     if not originals:
         return masked
     lines = masked.split("\n")
@@ -89,7 +92,7 @@ Table = toml_read.Table
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def parse_key(text):
+def parse_key(text: str) -> Tuple[str, ...]:
     """A dotted TOML key into its parts, honouring quotes."""
     parts, index, size = [], 0, len(text)
     while True:
@@ -174,7 +177,7 @@ def _scan_value_chars(line, state):
 _MULTILINE_OPENERS = re.compile(r"[\[{]|\"\"\"|'''")
 
 
-def scan_tables(lines):
+def scan_tables(lines: Sequence[str]) -> List[Table]:
     """Every explicit table header with its line range, in document order."""
     tables = []
     state = {"ml": None, "depth": 0}
@@ -212,7 +215,7 @@ def _key_text(path):
     return ".".join(_QUOTED[part] for part in path)
 
 
-def render_table(path, values):
+def render_table(path: Tuple[str, ...], values: Mapping[str, Any]) -> List[str]:
     """One table as lines: `[header]` then `  key = value` (k3s's layout)."""
     require_tomlkit()
     lines = ["[%s]" % _key_text(path)]
@@ -221,7 +224,7 @@ def render_table(path, values):
     return lines
 
 
-def render_tables(items):
+def render_tables(items: Iterable[Tuple[Tuple[str, ...], Mapping[str, Any]]]) -> str:
     """TOML text for [(key path, {key: value})]; a runtime's options table follows it directly."""
     lines = []
     for path, values in items:
@@ -231,7 +234,8 @@ def render_tables(items):
     return "\n".join(lines) + "\n"
 
 
-def runtime_items(schema, runtime, systemd_cgroup_default, inherited=None):
+def runtime_items(schema: int, runtime: Mapping[str, Any], systemd_cgroup_default: Optional[bool],
+                  inherited: Optional[Mapping[str, Any]] = None) -> List[Tuple[Tuple[str, ...], Dict[str, Any]]]:
     """The two tables of one runtime: (runtime table, options table) as (path, values).
 
     inherited: the default runtime's table (inherited_runtime), which a runc-shim runtime starts from,
@@ -258,12 +262,12 @@ NOT_INHERITED = ("runtime_type", "options", "runtime_engine", "runtime_root")
 RUNC_SHIMS = (distro.RUNC_V2, "io.containerd.runc.v1")
 
 
-def own_runtime_names(plan):
+def own_runtime_names(plan: EditPlan) -> set:
     """The runtimes this module writes or manages: never a source of inheritance."""
-    return set(r["name"] for r in plan["write"]) | set(name for name, _binary in distro.NVIDIA_RUNTIMES)
+    return set(plan.written_names) | set(name for name, _binary in distro.NVIDIA_RUNTIMES)
 
 
-def inherited_runtime(data, schema, own=()):
+def inherited_runtime(data: Mapping[str, Any], schema: int, own: Collection[str] = ()) -> Optional[Dict[str, Any]]:
     """What a runtime this module adds inherits, the rule of nvidia-ctk: the table of the runtime that
     default_runtime_name names (runc's when unset, when that runtime is not a runc shim, or when it is
     one of the runtimes this module writes, `own`: a second run must not copy one NVIDIA runtime into
@@ -291,7 +295,7 @@ def inherited_runtime(data, schema, own=()):
             "default": default, "fallback": fallback}
 
 
-def inheritance_note(inherited):
+def inheritance_note(inherited: Optional[Mapping[str, Any]]) -> Optional[str]:
     """What the result says about where new runtimes took their settings from (None: nowhere)."""
     if not inherited:
         return None
@@ -303,7 +307,7 @@ def inheritance_note(inherited):
     return text
 
 
-def render_runtime_blocks(schema, runtimes, systemd_cgroup_default=None):
+def render_runtime_blocks(schema: int, runtimes: Iterable[Mapping[str, Any]], systemd_cgroup_default: Optional[bool] = None) -> str:
     items = []
     for runtime in runtimes:
         items.extend(runtime_items(schema, runtime, systemd_cgroup_default))
@@ -320,19 +324,19 @@ def _get(data, path):
     return data
 
 
-def containerd_section(data, schema):
+def containerd_section(data: Mapping[str, Any], schema: int) -> Optional[Dict[str, Any]]:
     """The CRI plugin's `containerd` table of a parsed config (runtimes, default_runtime_name), or None."""
     section = _get(data, distro.containerd_table(schema))
     return section if isinstance(section, dict) else None
 
 
-def loads(text):
+def loads(text: str) -> Dict[str, Any]:
     """tomllib.loads, by the one-pass reader where the text is plain TOML (the same answer, faster)."""
     plain = toml_read.read_plain(text.split("\n"))
     return plain[0] if plain is not None else tomllib.loads(text)
 
 
-def read(lines):
+def read(lines: Sequence[str]) -> Tuple[Dict[str, Any], List[Table]]:
     """(data, tables) of a document as lines. Raises tomllib.TOMLDecodeError."""
     plain = toml_read.read_plain(lines)
     if plain is not None:
@@ -357,7 +361,7 @@ class Edit:
         self.replacements = []  # (start, end, new_lines, order)
         self.appends = []
 
-    def replace(self, start, end, new_lines):
+    def replace(self, start: int, end: int, new_lines: Sequence[str]) -> None:
         for other_start, other_end, _new, _order in self.replacements:
             if start < other_end and other_start < end:
                 # two edits of the same lines would lose one of them: refuse rather than guess
@@ -365,13 +369,13 @@ class Edit:
                                   % (start + 1, end, other_start + 1, other_end))
         self.replacements.append((start, end, new_lines, len(self.replacements)))
 
-    def set_line(self, number, text):
+    def set_line(self, number: int, text: str) -> None:
         self.replace(number, number + 1, [text])
 
-    def insert(self, number, new_lines):
+    def insert(self, number: int, new_lines: Iterable[str]) -> None:
         self.replacements.append((number, number, list(new_lines), len(self.replacements)))
 
-    def result(self):
+    def result(self) -> str:
         lines = list(self.lines)
         for start, end, new_lines, _order in sorted(self.replacements, key=lambda r: (r[0], r[1], -r[3]), reverse=True):
             lines[start:end] = new_lines
@@ -442,38 +446,56 @@ def _set_key(edit, tables, data, table_path, key, value, file_path):
     return True
 
 
+@dataclasses.dataclass(frozen=True)
 class Applied:
-    """What an edit gives: the new text (None: the file should not exist) and the runtime tables it took out
-    because the base now emits them (removed_for_base) or because their binary went away (removed_stale)."""
+    """What an edit gives: the new text (None: the file should not exist), the runtime tables it took out because the
+    base now emits them (removed_for_base) or because their binary went away (removed_stale), the table the written
+    runtimes inherit from, and what the edit says about the user's text (notes, warnings)."""
 
-    __slots__ = ("text", "removed_for_base", "removed_stale")
+    text: Optional[str]
+    removed_for_base: Tuple[str, ...] = ()
+    removed_stale: Tuple[str, ...] = ()
+    inherited_from: Optional[Mapping[str, Any]] = None
+    notes: Tuple[str, ...] = ()
+    warnings: Tuple[str, ...] = ()
 
-    def __init__(self, text, removed_for_base=(), removed_stale=()):
-        self.text = text
-        self.removed_for_base = sorted(set(removed_for_base))
-        self.removed_stale = list(removed_stale)
+
+class _Said:
+    """What one edit has to say, gathered while it edits (the plan it reads stays as it is)."""
+
+    def __init__(self):
+        self.inherited_from = None
+        self.notes = []
+        self.warnings = []
+
+    def applied(self, text: Optional[str], removed_for_base: Iterable[str] = (), removed_stale: Iterable[str] = ()) -> Applied:
+        return Applied(text, tuple(sorted(set(removed_for_base))), tuple(removed_stale), self.inherited_from,
+                       tuple(self.notes), tuple(self.warnings))
 
 
-def apply_plan(text, plan, file_path, is_template, profile, created_by_us=None, checked_after=False):
-    """New text of the target for the plan (see edit_target); the plan is not changed."""
+def apply_plan(text: Optional[str], plan: EditPlan, file_path: str, is_template: bool, profile: Mapping[str, Any],
+               created_by_us: Optional[bool] = None, checked_after: bool = False) -> Optional[str]:
+    """New text of the target for the plan (see edit_target)."""
     return edit_target(text, plan, file_path, is_template, profile, created_by_us, checked_after).text
 
 
-def edit_target(text, plan, file_path, is_template, profile, created_by_us=None, checked_after=False):
+def edit_target(text: Optional[str], plan: EditPlan, file_path: str, is_template: bool, profile: Mapping[str, Any],
+                created_by_us: Optional[bool] = None, checked_after: bool = False) -> Applied:
     """The target's new text for the plan, as an Applied. text is the current content (None: absent).
 
     Raises K3sGpuError, leaving nothing written. checked_after: the caller renders the new template with the
     base and checks it whole (_template_check), so the quick composition with the base's headers is not needed.
     """
-    schema = plan["target"]["schema"]
-    mode = plan["target"]["mode"]
+    schema = plan.target["schema"]
+    mode = plan.target["mode"]
+    said = _Said()
     if mode == planner.MODE_DROPIN:
-        return Applied(_render_dropin(plan, schema))
+        return said.applied(_render_dropin(plan, schema, said))
     if created_by_us is None:
         created_by_us = text is not None and text.startswith(MANAGED_HEADER)
     if text is None:
         if not _has_changes(plan):
-            return Applied(None)
+            return said.applied(None)
         text = _new_file_text(schema, is_template)
     masked, originals = mask_template(text, file_path) if is_template else (text, [])
     lines = masked.split("\n")
@@ -482,18 +504,18 @@ def edit_target(text, plan, file_path, is_template, profile, created_by_us=None,
     except tomllib.TOMLDecodeError as exc:
         raise K3sGpuError("%s: %s [toml_invalid]" % (file_path, exc), fix="fix that line; nothing was written")
     edit = Edit(lines)
-    reserved = set(tuple(t) for t in plan.get("reserved_tables") or [])
+    reserved = set(tuple(t) for t in plan.reserved_tables)
     removed_for_base = _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, file_path, profile,
                                                created_by_us)
     stale = []
-    if plan["state"] == "absent":
+    if plan.state == "absent":
         _edit_absent(edit, data, tables, plan, schema, file_path)
     else:
         stale = _edit_present(edit, lines, data, tables, originals, plan, profile, created_by_us, removed_for_base,
-                              file_path)
+                              file_path, said)
     new_masked = edit.result()
     if new_masked == masked:
-        return Applied(text, removed_for_base, stale)  # nothing to change; the text was parsed above
+        return said.applied(text, removed_for_base, stale)  # nothing to change; the text was parsed above
     if profile["distribution"] == distro.CONTAINERD and mode == planner.MODE_CONFIG and data.get("version") is None:
         # an empty or comment-only file: without a version line containerd reads it as version 1 and
         # ignores every table written for the version of its own (the comments stay below it)
@@ -503,8 +525,8 @@ def edit_target(text, plan, file_path, is_template, profile, created_by_us=None,
     else:
         _loads(new_masked, file_path + " (after the edit)")
     if created_by_us and _only_scaffolding(new_masked, is_template):
-        return Applied(None, removed_for_base, stale)
-    return Applied(unmask_template(new_masked, originals), removed_for_base, stale)
+        return said.applied(None, removed_for_base, stale)
+    return said.applied(unmask_template(new_masked, originals), removed_for_base, stale)
 
 
 def _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, file_path, profile, created_by_us=False):
@@ -517,7 +539,7 @@ def _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, f
     this module created (created_by_us) every block in its layout is its own, so it goes even where it differs.
     A table of the base's that holds only a setting this module writes, as it writes it (default_runtime_name after an
     earlier run, now passed to k3s as default-runtime), is taken out too."""
-    renders = plan.get("release_tables") or {}
+    renders = plan.release_tables
     removed, refused = [], []
     handled = set()
     for table in tables:
@@ -550,7 +572,7 @@ def _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, f
             continue
         refused.append((name, table, differs))
     if refused:
-        base_included = plan.get("base_included", True)
+        base_included = plan.base_included
         raise several([("[%s]" % name,) + _user_table_refusal(file_path, name, table, differs, renders[name], schema,
                                                               profile, base_included)
                        for name, table, differs in refused], "nothing was written")
@@ -595,7 +617,7 @@ def _differences(user, rendered):
             for key in sorted(mine) if not _same(mine[key], theirs.get(key))]
 
 
-def users_runtimes(text, schema, is_template, file_path, names):
+def users_runtimes(text: str, schema: int, is_template: bool, file_path: str, names: Iterable[str]) -> Optional[Dict[str, str]]:
     """{name: BinaryName} of each runtime among names that a file of the user's declares with a binary of its own: not
     one of NVIDIA's runtime binaries (a wrapper, a script), which an earlier run or NVIDIA's tools wrote and a later
     run may point at the toolkit the node has now. None when the text does not parse (the file's own check names
@@ -624,26 +646,25 @@ def _only_our_setting(lines, data, table, plan, created_by_us):
     """Whether a table holds only settings this module writes, in its layout, and a default runtime it manages: what an
     earlier run left where the base now emits the table (the default runtime moved to k3s's default-runtime). Only in a
     file this module created, or in a user's file whose text before the collection's first edit lacks those settings
-    (plan["settings_added"]), or where the setting moves to config.yaml unchanged: a user's own default stays refused."""
+    (plan.settings_added), or where the setting moves to config.yaml unchanged: a user's own default stays refused."""
     values = _get(data, table.path)
     if table.array or not isinstance(values, dict):
         return False
     values = dict((k, v) for k, v in values.items() if not isinstance(v, dict))  # sub-tables have headers of their own
     if not values or not set(values) <= _OUR_SETTINGS:
         return False
-    ours = set(name for name, _binary in distro.NVIDIA_RUNTIMES) | set(r["name"] for r in plan.get("write") or [])
+    ours = set(name for name, _binary in distro.NVIDIA_RUNTIMES) | set(plan.written_names)
     if "default_runtime_name" in values and values["default_runtime_name"] not in ours:
         return False
-    wanted = {"default_runtime_name": bool(plan.get("default_runtime") and plan["default_runtime"]["how"] == "toml"),
-              "enable_cdi": plan.get("enable_cdi") is not None}
+    wanted = {"default_runtime_name": plan.default_how() == "toml", "enable_cdi": plan.enable_cdi is not None}
     if any(wanted[key] for key in values):
         return False  # still wanted here: the refusal says where it must go instead
     body = [line for line in lines[table.start + 1:table.content_end] if line.strip()]
     if body != render_table(table.path, values)[1:]:
         return False
-    moved = (plan.get("default_runtime") or {}).get("how") == "config_yaml" and set(values) == {"default_runtime_name"} \
-        and values["default_runtime_name"] == plan["default_runtime"]["name"]
-    return created_by_us or bool(plan.get("settings_added")) or moved
+    moved = plan.default_how() == "config_yaml" and set(values) == {"default_runtime_name"} \
+        and values["default_runtime_name"] == plan.default_runtime["name"]
+    return created_by_us or plan.settings_added or moved
 
 
 def _written_by_us(lines, data, ranges):
@@ -664,7 +685,7 @@ def _written_by_us(lines, data, ranges):
 
 
 def _edit_absent(edit, data, tables, plan, schema, file_path):
-    for name in dict.fromkeys(plan["remove"]):  # each name once, in order
+    for name in dict.fromkeys(plan.remove):  # each name once, in order
         path = distro.runtime_table(schema, name)
         if _get(data, path) is not None:
             if not _ranges_of(tables, path):
@@ -673,24 +694,24 @@ def _edit_absent(edit, data, tables, plan, schema, file_path):
                     fix="remove it by hand")
             _remove_table_ranges(edit, tables, path, file_path)
     default_name = _get(data, distro.containerd_table(schema) + ("default_runtime_name",))
-    if default_name in plan["remove"]:
+    if default_name in plan.remove:
         _drop_key(edit, tables, distro.containerd_table(schema), "default_runtime_name")
 
 
-def _edit_present(edit, lines, data, tables, originals, plan, profile, created_by_us, removed_for_base, file_path):
+def _edit_present(edit, lines, data, tables, originals, plan, profile, created_by_us, removed_for_base, file_path, said):
     """Write or update each planned runtime, the default runtime and enable_cdi. Returns the stale names removed."""
-    schema = plan["target"]["schema"]
+    schema = plan.target["schema"]
     plain = profile["distribution"] == distro.CONTAINERD
-    systemd_default = _runc_systemd_cgroup(data, schema) if plain else plan.get("systemd_cgroup_default")
+    systemd_default = _runc_systemd_cgroup(data, schema) if plain else plan.systemd_cgroup_default
     # the runtimes start from the default runtime's table: the file's own (plain containerd, or a
     # template that declares runc itself), else the one the plan brings (a drop-in's root config)
-    inherited = inherited_runtime(data, schema, own_runtime_names(plan)) or plan.get("inherited")
-    plan["inherited_from"] = inherited
+    inherited = inherited_runtime(data, schema, own_runtime_names(plan)) or plan.inherited
+    said.inherited_from = inherited
     stale = []
-    if created_by_us and not plan.get("runtimes_explicit"):
+    if created_by_us and not plan.runtimes_explicit:
         # our own file holds exactly the NVIDIA runtimes still wanted: a block whose binary went away
         # (toolkit removed, operator mode) would point containerd at a missing file
-        wanted_names = set(r["name"] for r in plan["write"]) | set(removed_for_base)
+        wanted_names = set(plan.written_names) | set(removed_for_base)
         stale = [name for name, _binary in distro.NVIDIA_RUNTIMES if name not in wanted_names
                  and _get(data, distro.runtime_table(schema, name)) is not None
                  and _ranges_of(tables, distro.runtime_table(schema, name))]
@@ -698,21 +719,22 @@ def _edit_present(edit, lines, data, tables, originals, plan, profile, created_b
             _remove_table_ranges(edit, tables, distro.runtime_table(schema, name), file_path)
     blocks = []
     templated = _templated_keys(lines, tables, originals) if originals else set()
-    for runtime in plan["write"]:
+    for runtime in plan.write:
         items = runtime_items(schema, runtime, systemd_default, inherited)
         if _get(data, items[0][0]) is None:
             blocks.extend(items)
         else:
-            _update_runtime(edit, lines, data, tables, templated, runtime, items, file_path, plan, created_by_us)
+            said.warnings.extend(_update_runtime(edit, lines, data, tables, templated, runtime, items, file_path, plan,
+                                                 created_by_us))
     if blocks:
         edit.appends.append(render_tables(blocks))
-    if plan.get("default_runtime") and plan["default_runtime"]["how"] == "toml":
+    if plan.default_how() == "toml":
         _set_key(edit, tables, data, distro.containerd_table(schema), "default_runtime_name",
-                 plan["default_runtime"]["name"], file_path)
-    if plan.get("enable_cdi") is not None:
-        _set_key(edit, tables, data, distro.cri_table(schema), "enable_cdi", plan["enable_cdi"], file_path)
-    if plan["target"]["mode"] == planner.MODE_CONFIG and profile["containerd"].startswith("1.") and plan["write"]:
-        _ensure_runc(edit, data, schema, plan, systemd_default)
+                 plan.default_runtime["name"], file_path)
+    if plan.enable_cdi is not None:
+        _set_key(edit, tables, data, distro.cri_table(schema), "enable_cdi", plan.enable_cdi, file_path)
+    if plan.target["mode"] == planner.MODE_CONFIG and profile["containerd"].startswith("1.") and plan.write:
+        said.notes.extend(_ensure_runc(edit, data, schema, systemd_default))
     return stale
 
 
@@ -726,7 +748,7 @@ def _update_runtime(edit, lines, data, tables, templated, runtime, items, file_p
     A table in a file of the user's keeps every setting the task does not ask for by name: runtime_type and
     BinaryName are set, SystemdCgroup and options when the task gives them; inherited and default values
     only fill in keys the table lacks. Each value of the user's that changes is named in a warning
-    [runtime_table_updated]."""
+    [runtime_table_updated]. Returns the warnings it has for the user."""
     path = items[0][0]
     if not ours:
         enforced = set(_ENFORCED_KEYS) | set(runtime.get("options") or {})
@@ -739,12 +761,13 @@ def _update_runtime(edit, lines, data, tables, templated, runtime, items, file_p
     items = [(p, dict((k, v) for k, v in values.items() if (p, k) not in templated)) for p, values in items]
     if all(_get(data, p) is not None and all(_same(_get(data, p + (k,)), v) for k, v in values.items())
            for p, values in items):
-        return
+        return []
     changed = ["%s %s \u2192 %s" % (key, _value_text(_get(data, p + (key,))), _value_text(value))
                for p, values in items for key, value in values.items()
                if _get(data, p + (key,)) is not None and not _same(_get(data, p + (key,)), value)]
+    warnings = []
     if changed and not ours:
-        plan.setdefault("edit_warnings", []).append(
+        warnings.append(
             "%s: the table of runtime %s was already there; this task set %s (asked for by the task, or needed so "
             "that the handler runs %s); every other setting of that table is kept%s [runtime_table_updated]" % (
                 file_path, runtime["name"], ", ".join(changed), runtime["binary"], backup_note(plan)))
@@ -765,15 +788,16 @@ def _update_runtime(edit, lines, data, tables, templated, runtime, items, file_p
             raise K3sGpuError(
                 "%s: [%s] is defined with dotted keys or an inline table" % (file_path, _key_text(table_path)),
                 fix="define it as a table or remove it, then rerun")
+    return warnings
 
 
 _TEMPLATED_KEY = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_-]+)\s*=""")
 
 
-def check_plain_result(text, plan, file_path, schema):
+def check_plain_result(text: Optional[str], plan: EditPlan, file_path: str, schema: int) -> None:
     """The file we are about to write on a plain containerd node, read as containerd will read it: its
     version, and every runtime of the plan where that version looks for runtimes. Raises K3sGpuError."""
-    if text is None or plan["state"] == "absent":
+    if text is None or plan.state == "absent":
         return
     data = _loads(text, file_path + " (after the edit)")
     version = data.get("version")
@@ -784,7 +808,7 @@ def check_plain_result(text, plan, file_path, schema):
     disabled = planner.cri_disabled(text)
     if disabled:
         problems.append("disabled_plugins turns off the CRI plugin (%s)" % disabled[0])
-    for runtime in plan["write"]:
+    for runtime in plan.write:
         table = _get(data, distro.runtime_table(schema, runtime["name"]))
         binary = _get(table, ("options", "BinaryName")) if isinstance(table, dict) else None
         if binary != runtime["binary"]:
@@ -819,9 +843,9 @@ def _value_text(value):
     return tomlkit.item(value).as_string() if value is not None else "(unset)"
 
 
-def backup_note(plan):
-    """Where the copy of the file before this edit goes (plan["backup"], set by the caller), for messages."""
-    backup = plan.get("backup")
+def backup_note(plan: EditPlan) -> str:
+    """Where the copy of the file before this edit goes (plan.backup), for messages."""
+    backup = plan.backup
     if backup:
         return "; the file before this edit is kept as %s.<time>~" % backup
     return "; no backup is kept (backup is off): the diff of this task shows what was there"
@@ -845,21 +869,20 @@ def _runc_systemd_cgroup(data, schema):
     return bool(value) if value is not None else False
 
 
-def _ensure_runc(edit, data, schema, plan, systemd_default):
+def _ensure_runc(edit, data, schema, systemd_default):
     """containerd 1.x replaces its default runtimes map with the file's: keep runc in it.
 
     Without it the CRI plugin fails when runc is the default runtime, and pods that ask for
-    the runc handler fail in every case.
+    the runc handler fail in every case. Returns the note that says so (none when runc is there).
     """
     if _get(data, distro.runtime_table(schema, "runc")) is not None:
-        return
+        return []
     runc = {"name": "runc", "binary": None, "runtime_type": distro.RUNC_V2, "options": {}, "systemd_cgroup": systemd_default}
     items = runtime_items(schema, runc, systemd_default)
     items[1][1].pop("BinaryName")
-    plan.setdefault("notes", []).append(
-        "added a runc block: containerd 1.x replaces its default runtimes map with the file's, and "
-        "the CRI plugin needs the runtime runc there")
     edit.appends.insert(0, render_tables(items))
+    return ["added a runc block: containerd 1.x replaces its default runtimes map with the file's, and "
+            "the CRI plugin needs the runtime runc there"]
 
 
 def _check_composition(masked, reserved, file_path):
@@ -887,8 +910,7 @@ def _only_scaffolding(masked, is_template):
 
 
 def _has_changes(plan):
-    return bool(plan["write"]) or bool(plan.get("default_runtime") and plan["default_runtime"]["how"] == "toml") \
-        or plan.get("enable_cdi") is not None
+    return bool(plan.write) or plan.default_how() == "toml" or plan.enable_cdi is not None
 
 
 def _new_file_text(schema, is_template):
@@ -901,24 +923,27 @@ def _new_file_text(schema, is_template):
     return "\n".join(head) + "\n"
 
 
-def _render_dropin(plan, schema):
+def _render_dropin(plan, schema, said):
     """A drop-in is wholly ours: its text follows from the plan alone."""
-    if plan["state"] == "absent" or not _has_changes(plan):
+    if plan.state == "absent" or not _has_changes(plan):
         return None
     items = []
-    if plan.get("enable_cdi") is not None:
-        items.append((distro.cri_table(schema), {"enable_cdi": plan["enable_cdi"]}))
-    if plan.get("default_runtime") and plan["default_runtime"]["how"] == "toml":
-        items.append((distro.containerd_table(schema), {"default_runtime_name": plan["default_runtime"]["name"]}))
-    inherited = plan.get("inherited")
-    plan["inherited_from"] = inherited
-    systemd_default = plan.get("systemd_cgroup_default", False if inherited is not None else None)
-    for runtime in plan["write"]:
+    if plan.enable_cdi is not None:
+        items.append((distro.cri_table(schema), {"enable_cdi": plan.enable_cdi}))
+    if plan.default_how() == "toml":
+        items.append((distro.containerd_table(schema), {"default_runtime_name": plan.default_runtime["name"]}))
+    inherited = plan.inherited
+    said.inherited_from = inherited
+    # k3s/rke2 plans carry the node's SystemdCgroup; on plain containerd the inherited table decides
+    systemd_default = plan.systemd_cgroup_default
+    if systemd_default is None and inherited is not None:
+        systemd_default = False
+    for runtime in plan.write:
         items.extend(runtime_items(schema, runtime, systemd_default, inherited))
     return "%s\nversion = %d\n\n%s" % (MANAGED_HEADER, schema, render_tables(items))
 
 
-def render_default_runtime_yaml(name, node_labels=()):
+def render_default_runtime_yaml(name: Optional[str], node_labels: Sequence[str] = ()) -> Optional[str]:
     """config.yaml.d drop-in for k3s/rke2 (None when it would say nothing); JSON quoting is valid YAML.
 
     node_labels ("key=value") go under `node-label+:`, which k3s/rke2 apply to the node at every start.

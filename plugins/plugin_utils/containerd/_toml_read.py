@@ -17,6 +17,7 @@ corpus and on generated documents).
 from __future__ import annotations
 
 import re
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 
 class Table:
@@ -111,7 +112,7 @@ def _classify(line):
     return _KEY_VALUE, key[1:-1] if key[0] in "\"'" else key, value
 
 
-def read_plain(lines):
+def read_plain(lines: Sequence[str]) -> Optional[Tuple[Dict[str, Any], List[Table]]]:
     """(data, tables) for a document of the plain subset, else None (read it with tomllib)."""
     if _CONTROL.search("".join(lines)):
         return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _decide as decide_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.action.action_harness import host_step
@@ -77,11 +77,11 @@ def test_the_pre_install_check_does_not_count_the_collections_own_tables(sandbox
     converge(sandbox, gpu_node_toolkit_dirs=["/opt/nvidia/bin"])
     assert "/opt/nvidia/bin/nvidia-container-runtime" in sandbox.read(TEMPLATE).decode()
     facts = NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", toolkit_dirs=["/opt/nvidia/bin"]))
-    assert changes.refusal_before_install(facts) is None
+    assert decide_step.refusal_before_install(facts) is None
     # the same tables in a template of the user's still stop it
     sandbox.write(TEMPLATE, sandbox.read(TEMPLATE).decode().split("\n", 1)[1])
     facts = NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", toolkit_dirs=["/opt/nvidia/bin"]))
-    refusal = changes.refusal_before_install(facts)
+    refusal = decide_step.refusal_before_install(facts)
     assert refusal is not None and "after_install_duplicate" in refusal.cause
 
 

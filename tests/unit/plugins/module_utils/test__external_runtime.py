@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils import engine_view as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 
@@ -79,7 +79,7 @@ def test_host_containerd_endpoint_is_configured_as_plain_containerd(sandbox, fil
     assert in_use["source"] in files
     assert "secret" not in repr(facts)  # the env file's token never reaches the facts
     plan, file_changes = changes.compute(NodeFacts.from_reading(facts), {})
-    assert [c["node_path"] for c in file_changes] == [HOST_CONFIG]
+    assert [c.node_path for c in file_changes] == [HOST_CONFIG]
     assert plan["target"]["mode"] == "config"
     assert sorted(r["name"] for r in plan["write"]) == ["nvidia", "nvidia-cdi", "nvidia-legacy"]
     assert any("runs its pods on the host's containerd" in note and in_use["source"] in note for note in plan["notes"])

@@ -14,7 +14,7 @@ import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils import engine_view as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
@@ -108,23 +108,23 @@ def test_enable_cdi_on_containerd_2_is_the_default(sandbox):
     plan, _c = run(sandbox, "v1.31.6+k3s1", enable_cdi=True)
     assert any("already has enable_cdi = true by default" in n for n in plan["notes"])
     plan, file_changes = run(sandbox, "v1.33.10+k3s1", enable_cdi=True)  # drop-in: set explicitly
-    assert "enable_cdi = true" in file_changes[0]["after"]
+    assert "enable_cdi = true" in file_changes[0].after
 
 
 def test_default_runtime_detected_goes_to_config_yaml(sandbox):
     sandbox.k3s("k3s", "package")
     plan, file_changes = run(sandbox, default_runtime="nvidia")
     assert plan["default_runtime"]["how"] == "config_yaml"
-    yaml = [c for c in file_changes if c["node_path"].endswith(".yaml")][0]
-    assert yaml["node_path"] == "/etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml"
-    assert yaml["after"].splitlines()[1] == 'default-runtime: "nvidia"'
+    yaml = [c for c in file_changes if c.node_path.endswith(".yaml")][0]
+    assert yaml.node_path == "/etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml"
+    assert yaml.after.splitlines()[1] == 'default-runtime: "nvidia"'
 
 
 def test_default_runtime_not_detected(sandbox):
     sandbox.k3s("k3s", "package")
     plan, file_changes = run(sandbox, "v1.31.6+k3s1", default_runtime="nvidia-legacy")
     assert plan["default_runtime"]["how"] == "toml"
-    assert 'default_runtime_name = "nvidia-legacy"' in file_changes[0]["after"]
+    assert 'default_runtime_name = "nvidia-legacy"' in file_changes[0].after
     with pytest.raises(K3sGpuError, match="schema-2 base template already emits"):
         run(sandbox, "v1.31.5+k3s1", default_runtime="nvidia-legacy")
     with pytest.raises(K3sGpuError, match="neither detected by .* nor written"):
@@ -144,9 +144,9 @@ def test_default_runtime_moves_from_our_config_yaml_to_toml(sandbox):
     sandbox.k3s("k3s", "package")
     _plan, file_changes = run(sandbox, default_runtime="nvidia")
     for change in file_changes:
-        sandbox.write(change["node_path"], change["after"])
+        sandbox.write(change.node_path, change.after)
     plan, file_changes = run(sandbox, default_runtime="nvidia-legacy")
-    by_path = dict((c["node_path"], c["after"]) for c in file_changes)
+    by_path = dict((c.node_path, c.after) for c in file_changes)
     assert by_path["/etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml"] is None
     assert 'default_runtime_name = "nvidia-legacy"' in by_path[CONTAINERD_DIR + "/config-v3.toml.tmpl"]
     assert ["plugins", "io.containerd.cri.v1.runtime", "containerd"] not in plan["reserved_tables"]
@@ -234,9 +234,9 @@ def test_path_override(sandbox):
     with pytest.raises(K3sGpuError, match="must be absolute"):
         run(sandbox, path="relative/x.toml")
     plan, file_changes = run(sandbox, path="/etc/containerd/conf.d/gpu.toml")
-    assert plan["target"]["mode"] == "dropin" and file_changes[0]["node_path"] == "/etc/containerd/conf.d/gpu.toml"
+    assert plan["target"]["mode"] == "dropin" and file_changes[0].node_path == "/etc/containerd/conf.d/gpu.toml"
     plan, file_changes = run(sandbox, path=CONTAINERD_DIR + "/config.toml.tmpl")
-    assert plan["target"]["schema"] == 2 and file_changes[0]["after"].splitlines()[1] == toml.BASE_LINE
+    assert plan["target"]["schema"] == 2 and file_changes[0].after.splitlines()[1] == toml.BASE_LINE
 
 
 def test_plain_containerd_v1_config_is_refused(sandbox):
@@ -294,8 +294,8 @@ def test_v4_config_edited_stays_v4(sandbox):
     plan, file_changes = plain(sandbox, "2.3.4")
     assert (plan["target"]["mode"], plan["target"]["schema"]) == ("config", 4)
     [change] = file_changes
-    after = change["after"]
-    assert change["node_path"] == "/etc/containerd/config.toml" and after.startswith(no_imports)  # every byte kept
+    after = change.after
+    assert change.node_path == "/etc/containerd/config.toml" and after.startswith(no_imports)  # every byte kept
     assert after.splitlines()[0] == "version = 4" and after.count("version =") == 1
     data = tomllib.loads(after)
     nvidia = data["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["nvidia"]
@@ -308,9 +308,9 @@ def test_v4_config_edited_stays_v4(sandbox):
 def test_v4_config_removal_keeps_v4(sandbox):
     containerd_node(sandbox, V4_CONFIG.replace('imports = ["/etc/containerd/conf.d/*.toml"]\n', ""))
     _plan, [change] = plain(sandbox, "2.3.4")
-    sandbox.write("/etc/containerd/config.toml", change["after"])
+    sandbox.write("/etc/containerd/config.toml", change.after)
     _plan, [removed] = plain(sandbox, "2.3.4", state="absent")
-    assert removed["after"].splitlines()[0] == "version = 4" and "nvidia" not in removed["after"]
+    assert removed.after.splitlines()[0] == "version = 4" and "nvidia" not in removed.after
 
 
 @pytest.mark.parametrize("version", ["2.2.7", "2.1.9", "2.0.5"])
@@ -350,8 +350,8 @@ def test_dropin_declares_the_root_config_version(sandbox, root_version, plugin):
     containerd_node(sandbox, root)
     plan, [change] = plain(sandbox, "2.3.4")
     assert (plan["target"]["mode"], plan["target"]["schema"]) == ("dropin", root_version)
-    assert change["node_path"] == "/etc/containerd/conf.d/50-k3s-gpu-nvidia.toml"
-    data = tomllib.loads(change["after"])
+    assert change.node_path == "/etc/containerd/conf.d/50-k3s-gpu-nvidia.toml"
+    data = tomllib.loads(change.after)
     assert data["version"] == root_version
     assert data["plugins"][plugin]["containerd"]["runtimes"]["nvidia"]["options"]["BinaryName"] == NVIDIA
 
@@ -362,17 +362,17 @@ def test_dropin_written_at_4_earlier_follows_a_root_now_at_3(sandbox):
     sandbox.write("/etc/containerd/conf.d/50-k3s-gpu-nvidia.toml",
                   toml.MANAGED_HEADER + "\nversion = 4\n\n[%s.nvidia]\n  runtime_type = \"io.containerd.runc.v2\"\n" % V3_RUNTIMES)
     _plan, [change] = plain(sandbox, "2.3.4")
-    assert tomllib.loads(change["after"])["version"] == 3
+    assert tomllib.loads(change.after)["version"] == 3
 
 
 def test_dropin_path_override_follows_the_root(sandbox):
     containerd_node(sandbox, V4_CONFIG)
     plan, [change] = plain(sandbox, "2.3.4", path="/etc/containerd/conf.d/99-nvidia.toml")
     assert (plan["target"]["mode"], plan["target"]["schema"]) == ("dropin", 4)
-    assert tomllib.loads(change["after"])["version"] == 4
+    assert tomllib.loads(change.after)["version"] == 4
     containerd_node(sandbox, 'version = 3\nimports = ["/etc/containerd/conf.d/*.toml"]\n')
     _plan, [change] = plain(sandbox, "2.3.4", path="/etc/containerd/conf.d/99-nvidia.toml")
-    assert tomllib.loads(change["after"])["version"] == 3
+    assert tomllib.loads(change.after)["version"] == 3
 
 
 def test_config_path_override_at_4(sandbox):
@@ -380,7 +380,7 @@ def test_config_path_override_at_4(sandbox):
     sandbox.write("/etc/containerd/other.toml", V4_CONFIG)
     plan, [change] = plain(sandbox, "2.3.4", path="/etc/containerd/other.toml")
     assert (plan["target"]["mode"], plan["target"]["schema"]) == ("config", 4)
-    assert change["after"].startswith(V4_CONFIG)
+    assert change.after.startswith(V4_CONFIG)
     with pytest.raises(K3sGpuError, match="declares `version = 4`, which containerd 2.2 cannot read"):
         plain(sandbox, "2.2.7", path="/etc/containerd/other.toml")
 
@@ -388,7 +388,7 @@ def test_config_path_override_at_4(sandbox):
 def test_new_config_on_containerd_23_is_version_3(sandbox):
     containerd_node(sandbox)
     plan, [change] = plain(sandbox, "2.3.4")
-    assert plan["target"]["schema"] == 3 and tomllib.loads(change["after"])["version"] == 3
+    assert plan["target"]["schema"] == 3 and tomllib.loads(change.after)["version"] == 3
 
 
 def test_k3s_dropin_stays_3_on_containerd_23_releases(sandbox):
@@ -397,7 +397,7 @@ def test_k3s_dropin_stays_3_on_containerd_23_releases(sandbox):
     for release in ("v1.36.2+k3s1", "v1.37.2+k3s1"):
         plan, file_changes = run(sandbox, release)
         assert (plan["target"]["mode"], plan["target"]["schema"]) == ("dropin", 3)
-        assert tomllib.loads(file_changes[0]["after"])["version"] == 3
+        assert tomllib.loads(file_changes[0].after)["version"] == 3
 
 
 # ---- issue 41: a runtimes entry is refused by its index and key, for the module's user and the role's ----------------

@@ -21,6 +21,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as pla
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd._types import EditPlan
 
 V2_TMPL = "config.toml.tmpl"
 V3_TMPL = "config-v3.toml.tmpl"
@@ -128,7 +129,7 @@ def test_release_layout(sandbox, distribution, release, era, cdi, schema, where,
         assert plan["target"]["path"].endswith("/agent/etc/containerd/" + where)
 
     target = plan["target"]
-    text = toml.apply_plan(None, plan, target["path"], target["mode"] == planner.MODE_TEMPLATE, facts["profile"])
+    text = toml.apply_plan(None, EditPlan.of(plan), target["path"], target["mode"] == planner.MODE_TEMPLATE, facts["profile"])
     if not missing:
         assert text is None  # nothing missing: nothing written
         return
@@ -147,7 +148,7 @@ def test_release_layout(sandbox, distribution, release, era, cdi, schema, where,
         for name in nvidia_found:
             assert list(distro.runtime_table(schema, name)) in plan["reserved_tables"]
     # a second run on the written file changes nothing
-    assert toml.apply_plan(text, plan, target["path"], target["mode"] == planner.MODE_TEMPLATE, facts["profile"]) == text
+    assert toml.apply_plan(text, EditPlan.of(plan), target["path"], target["mode"] == planner.MODE_TEMPLATE, facts["profile"]) == text
 
 
 @pytest.mark.parametrize("release,expected", [
@@ -170,7 +171,7 @@ def test_nothing_duplicated_on_dropin_release(sandbox):
     sandbox.k3s("k3s", "operator")
     facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
     plan = planner.make_plan(facts)
-    text = toml.apply_plan(None, plan, plan["target"]["path"], False, facts["profile"])
+    text = toml.apply_plan(None, EditPlan.of(plan), plan["target"]["path"], False, facts["profile"])
     assert "runtimes.nvidia-legacy]" in text
     assert "runtimes.nvidia]" not in text and "nvidia-cdi" not in text
 

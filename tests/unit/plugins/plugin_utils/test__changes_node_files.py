@@ -20,6 +20,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_write as node_write
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_reading as node_reading
 from ansible_collections.k3s_gpu.nvidia.plugins.modules import runtime_info
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd._types import FileChange
 
 
 def read(sandbox, capsys, **options):
@@ -112,15 +113,15 @@ def test_deciding_only_says_whether_node_files_would_run_and_writes_nothing(sand
 
 
 def test_write_entries_carry_what_the_decision_was_made_from(sandbox):
-    change = {"key": "template_v3", "path": sandbox.root + "/t.tmpl", "node_path": "/t.tmpl", "before": "a\n",
-              "after": "a\nb\n", "exists": True, "parent_exists": True}
+    change = FileChange(key="template_v3", path=sandbox.root + "/t.tmpl", node_path="/t.tmpl", before="a\n",
+                        after="a\nb\n", exists=True, parent_exists=True)
     entry = node_write.write_entry(change, params(sandbox, validate="containerd config dump -c %s", mode="0640", backup=True))
     assert entry["expected_state"] == "file" and entry["expected_sha1"] == hashlib.sha1(b"a\n").hexdigest()
     assert entry["content"] == "a\nb\n" and entry["validate"] == "containerd config dump -c %s"
     assert entry["mode"] == "0640" and entry["backup"] is True
-    created = node_write.write_entry(dict(change, key="default_runtime_file", before=None, exists=False),
+    created = node_write.write_entry(change.replaced(key="default_runtime_file", before=None, exists=False),
                                      params(sandbox, validate="containerd config dump -c %s"))
     assert created["expected_state"] == "absent" and created["expected_sha1"] is None
     assert "validate" not in created  # the YAML file is not containerd's TOML
-    removed = node_write.write_entry(dict(change, after=None), params(sandbox))
+    removed = node_write.write_entry(change.replaced(after=None), params(sandbox))
     assert removed["state"] == "absent" and "content" not in removed

@@ -20,12 +20,14 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.modules import node_files
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _decide as decide_step
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils import engine_view as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_write as node_write
 from ansible_collections.k3s_gpu.nvidia.tests.containerd_tables import CRUN, NVIDIA_CTK_V2, RUNC_SYSTEMD, default_runtime
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd._types import FileChange
 
 RELEASE = "v1.30.6+k3s1"
 TEMPLATE_V2 = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"
@@ -109,7 +111,7 @@ def test_a_block_exactly_as_this_module_writes_it_goes_when_the_release_renders_
     ours = USER_NVIDIA.replace("SystemdCgroup = false", "SystemdCgroup = true")
     plan, file_changes = changes.compute(NodeFacts.from_reading(k3s_node(sandbox, ours)), {"state": "present"})
     assert plan["removed_for_base"] == ["nvidia"]
-    assert "nvidia" not in runtimes_of(file_changes[0]["after"])
+    assert "nvidia" not in runtimes_of(file_changes[0].after)
 
 
 def test_a_users_existing_table_keeps_its_settings(sandbox):
@@ -118,7 +120,7 @@ def test_a_users_existing_table_keeps_its_settings(sandbox):
     template = USER_NVIDIA.replace("runtimes.nvidia", "runtimes.nvidia-legacy").replace(
         '"/usr/bin/nvidia-container-runtime"', '"/opt/old/nvidia-container-runtime.legacy"')
     plan, file_changes = changes.compute(NodeFacts.from_reading(k3s_node(sandbox, template)), {"state": "present", "backup": True})
-    legacy = runtimes_of(file_changes[0]["after"])["nvidia-legacy"]
+    legacy = runtimes_of(file_changes[0].after)["nvidia-legacy"]
     assert legacy["options"] == {"BinaryName": "/usr/bin/nvidia-container-runtime.legacy", "SystemdCgroup": False}
     warning = [w for w in plan["warnings"] if "[runtime_table_updated]" in w]
     assert len(warning) == 1
@@ -134,9 +136,9 @@ def test_a_users_existing_table_keeps_its_settings(sandbox):
 ])
 def test_a_template_without_the_base_include_is_edited_and_warned(sandbox, binaries):
     facts = k3s_node(sandbox, NVIDIA_CTK_V2, binaries)
-    assert changes.refusal_before_install(NodeFacts.from_reading(facts)) is None
+    assert decide_step.refusal_before_install(NodeFacts.from_reading(facts)) is None
     plan, file_changes = changes.compute(NodeFacts.from_reading(facts), {"state": "present"})
-    after = file_changes[0]["after"]
+    after = file_changes[0].after
     assert after.startswith(NVIDIA_CTK_V2)  # every user line kept, byte for byte
     assert sorted(runtimes_of(after)) == ["nvidia", "nvidia-cdi", "nvidia-legacy", "runc"]
     assert "nvidia-legacy" in [r["name"] for r in plan["write"]]
@@ -156,7 +158,7 @@ def test_the_mirror_with_the_base_include_is_still_refused(sandbox):
     template = ('{{ template "base" . }}\n\n[%(t)s.runtimes.nvidia-cdi]\n  runtime_type = "io.containerd.runc.v2"\n'
                 '[%(t)s.runtimes.nvidia-cdi.options]\n  BinaryName = "/usr/bin/nvidia-container-runtime.cdi"\n' % {"t": V2})
     facts = k3s_node(sandbox, template, ("nvidia-container-runtime", "nvidia-container-runtime.legacy"))
-    refusal = changes.refusal_before_install(NodeFacts.from_reading(facts))
+    refusal = decide_step.refusal_before_install(NodeFacts.from_reading(facts))
     assert "already emitted by the base template of k3s %s" % RELEASE in refusal.cause
     assert "k3s renders runtime nvidia-cdi itself" in refusal.fix and refusal.fix.endswith("nothing was written")
     with pytest.raises(K3sGpuError):
@@ -168,7 +170,7 @@ def test_default_runtime_and_enable_cdi_in_a_template_without_base(sandbox):
     facts = k3s_node(sandbox, NVIDIA_CTK_V2, release="v1.29.4+k3s1")
     plan, file_changes = changes.compute(NodeFacts.from_reading(facts), {"state": "present", "default_runtime": "nvidia-legacy",
                                                                          "enable_cdi": True})
-    data = tomllib.loads(file_changes[0]["after"])
+    data = tomllib.loads(file_changes[0].after)
     assert data["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["default_runtime_name"] == "nvidia-legacy"
     assert data["plugins"]["io.containerd.grpc.v1.cri"]["enable_cdi"] is True
     # the mirror, with the include: refused, naming the base
@@ -229,12 +231,12 @@ def test_absent_gives_the_node_back_byte_for_byte(sandbox, capsys, release, user
 
 
 def test_removing_a_file_only_the_collection_wrote_keeps_no_copy(sandbox):
-    change = {"key": "dropin_v3", "node_path": "/x/50-k3s-gpu-nvidia.toml", "path": "/r/x/50-k3s-gpu-nvidia.toml",
-              "before": toml.MANAGED_HEADER + "\n", "after": None, "exists": True}
+    change = FileChange(key="dropin_v3", node_path="/x/50-k3s-gpu-nvidia.toml", path="/r/x/50-k3s-gpu-nvidia.toml",
+                        before=toml.MANAGED_HEADER + "\n", after=None, exists=True, parent_exists=True)
     entry = node_write.write_entry(change, {"backup": True, "validate": None})
     assert entry["backup"] is False
-    user = dict(change, key="config", node_path="/etc/containerd/config.toml", path="/r/etc/containerd/config.toml",
-                before="version = 2\n", after="version = 2\n[x]\n")
+    user = change.replaced(key="config", node_path="/etc/containerd/config.toml", path="/r/etc/containerd/config.toml",
+                           before="version = 2\n", after="version = 2\n[x]\n")
     entry = node_write.write_entry(user, {"backup": True, "validate": None})
     assert entry["backup"] is True and entry["backup_keep"] == 3
     assert entry["backup_to"] == "/r/var/backups/k3s-gpu-nvidia/etc/containerd/config.toml"
@@ -291,7 +293,7 @@ def test_plain_containerd_inherits_from_the_default_runtime(sandbox, default, sy
         text += '[%s.runtimes.kata]\n  runtime_type = "io.containerd.kata.v2"\n  privileged_without_host_devices = true\n' % V3
     facts = NodeFacts.from_reading(plain_node(sandbox, text))
     plan, file_changes = changes.compute(facts, {"state": "present"})
-    for name, table in nvidia_tables(file_changes[0]["after"]).items():
+    for name, table in nvidia_tables(file_changes[0].after).items():
         assert table["options"]["SystemdCgroup"] is systemd, name
         assert table["options"]["BinaryName"].startswith("/usr/bin/nvidia-container-runtime")  # never crun's
         assert table.get("privileged_without_host_devices") is privileged, name
@@ -310,7 +312,7 @@ def test_a_plain_dropin_follows_another_dropin_that_names_the_default(sandbox):
     dropin = 'version = 3\n[%s]\n  default_runtime_name = "crun"\n' % V3
     plan, file_changes = changes.compute(NodeFacts.from_reading(plain_node(sandbox, root, {"10-default.toml": dropin})), {"state": "present"})
     assert plan["target"]["mode"] == planner.MODE_DROPIN
-    nvidia = nvidia_tables(file_changes[0]["after"])["nvidia"]
+    nvidia = nvidia_tables(file_changes[0].after)["nvidia"]
     assert nvidia["options"]["SystemdCgroup"] is False and nvidia["privileged_without_host_devices"] is True
 
 
@@ -327,7 +329,7 @@ def test_k3s_dropin_follows_a_users_dropin_that_makes_another_runtime_the_defaul
     plan, file_changes = systemd_k3s_changes(sandbox, "v1.33.10+k3s1", [
         ("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/10-crun.toml", CRUN_DROPIN_K3S)])
     assert plan["target"]["mode"] == planner.MODE_DROPIN
-    legacy = nvidia_tables(file_changes[0]["after"])["nvidia-legacy"]
+    legacy = nvidia_tables(file_changes[0].after)["nvidia-legacy"]
     assert legacy["options"] == {"BinaryName": "/usr/bin/nvidia-container-runtime.legacy", "SystemdCgroup": False}
     assert legacy["privileged_without_host_devices"] is True
 
@@ -336,13 +338,13 @@ def test_k3s_template_that_makes_another_runtime_the_default(sandbox):
     plan, file_changes = systemd_k3s_changes(sandbox, "v1.32.2+k3s1", [
         ("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl", '{{ template "base" . }}\n\n' + CRUN_DROPIN_K3S)])
     assert plan["target"]["mode"] == planner.MODE_TEMPLATE
-    legacy = nvidia_tables(file_changes[0]["after"])["nvidia-legacy"]
+    legacy = nvidia_tables(file_changes[0].after)["nvidia-legacy"]
     assert legacy["options"]["SystemdCgroup"] is False and legacy["privileged_without_host_devices"] is True
 
 
 def test_k3s_without_another_default_keeps_k3s_systemd_cgroup(sandbox):
     # the mirror: nothing names another default, so the new runtimes get SystemdCgroup as k3s gives its own
     plan, file_changes = systemd_k3s_changes(sandbox, "v1.33.10+k3s1")
-    legacy = nvidia_tables(file_changes[0]["after"])["nvidia-legacy"]
+    legacy = nvidia_tables(file_changes[0].after)["nvidia-legacy"]
     assert legacy["options"] == {"BinaryName": "/usr/bin/nvidia-container-runtime.legacy", "SystemdCgroup": True}
     assert "privileged_without_host_devices" not in legacy

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils import engine_view as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _doctor as doctor
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _verify as verify
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
@@ -61,7 +61,7 @@ def healthy(sandbox):
     _plan, written = changes.compute(NodeFacts.from_reading(facts), {"state": "present", "root": sandbox.root,
                                                                      "distribution": "k3s", "release": RELEASE})
     for change in written:
-        sandbox.write(change["node_path"], change["after"])
+        sandbox.write(change.node_path, change.after)
     cases.start_node(sandbox.root, "k3s", RELEASE, BINARIES)
     past = time.time() - 600  # the role wrote its files before k3s started
     for path in (DROPIN,):

@@ -14,13 +14,13 @@ import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _cluster_step as step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as dp
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _gpu_operator as op
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _render as render
 
 PLUGINS = pathlib.Path(__file__).resolve().parents[4] / "plugins"
 
@@ -126,6 +126,6 @@ def test_a_release_says_its_form():
     (["gpu=yes no"], "nothing was written"),  # the label's error has no fix of its own
 ])
 def test_a_node_label_keeps_its_cause_apart(labels, fix):
-    error = _refusal(changes._checked_labels, labels)
+    error = _refusal(render._checked_labels, labels)
     assert error.cause.startswith("node_labels['gpu']: label value 'yes no' is not valid")
     assert error.fix == fix

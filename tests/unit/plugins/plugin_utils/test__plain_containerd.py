@@ -15,12 +15,13 @@ import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils import engine_view as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_write as node_write
 from ansible_collections.k3s_gpu.nvidia.tests.containerd_tables import RUNC_SYSTEMD, default_runtime, runtime
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd._types import EditPlan
 
 CONFIG = "/etc/containerd/config.toml"
 V2 = 'plugins."io.containerd.grpc.v1.cri".containerd'
@@ -62,7 +63,7 @@ HARDENED_V3 = ("version = 3\n" + default_runtime("runc") + runtime(
 
 def test_new_runtimes_inherit_the_default_runtime(sandbox):
     _plan, file_changes = run(sandbox, HARDENED_V3)
-    runtimes = runtimes_of(file_changes[0]["after"], 3)
+    runtimes = runtimes_of(file_changes[0].after, 3)
     for name, binary in zip(("nvidia", "nvidia-cdi", "nvidia-legacy"), NVIDIA):
         table = runtimes[name]
         assert table["privileged_without_host_devices"] is True  # a privileged pod does not get every host device
@@ -70,7 +71,7 @@ def test_new_runtimes_inherit_the_default_runtime(sandbox):
         assert "runtime_root" not in table  # not shared with runc (containerd 2 does not read it anyway)
         assert table["options"] == {"BinaryName": "/usr/bin/" + binary, "SystemdCgroup": True, "Root": "/run/runc-root"}
     # a second run changes nothing
-    sandbox.write(CONFIG, file_changes[0]["after"])
+    sandbox.write(CONFIG, file_changes[0].after)
     assert run(sandbox, None)[1] == []
 
 
@@ -78,7 +79,7 @@ def test_user_options_win_over_inherited_ones(sandbox):
     _plan, file_changes = run(sandbox, HARDENED_V3, runtimes=[
         {"name": "nvidia", "binary": "/usr/bin/nvidia-container-runtime", "systemd_cgroup": False,
          "options": {"Root": "/run/nvidia-root"}}])
-    table = runtimes_of(file_changes[0]["after"], 3)["nvidia"]
+    table = runtimes_of(file_changes[0].after, 3)["nvidia"]
     assert table["options"] == {"BinaryName": "/usr/bin/nvidia-container-runtime", "SystemdCgroup": False,
                                 "Root": "/run/nvidia-root"}
     assert table["privileged_without_host_devices"] is True
@@ -89,7 +90,7 @@ def test_the_named_default_runtime_is_the_source(sandbox):
         "hardened", privileged_without_host_devices=True,
         options=[("BinaryName", "/opt/runc-hardened"), ("SystemdCgroup", False)])) % {"t": V2}
     _plan, file_changes = run(sandbox, text, "1.7.24")
-    nvidia = runtimes_of(file_changes[0]["after"], 2)["nvidia"]
+    nvidia = runtimes_of(file_changes[0].after, 2)["nvidia"]
     assert nvidia["privileged_without_host_devices"] is True
     assert nvidia["options"] == {"BinaryName": "/usr/bin/nvidia-container-runtime", "SystemdCgroup": False}
 
@@ -98,7 +99,7 @@ def test_a_default_runtime_that_is_not_runc_gives_way_to_runc(sandbox):
     text = ("version = 2\n" + default_runtime("kata")
             + runtime("kata", "io.containerd.kata.v2", privileged_without_host_devices=True) + RUNC_SYSTEMD) % {"t": V2}
     _plan, file_changes = run(sandbox, text, "1.7.24")
-    nvidia = runtimes_of(file_changes[0]["after"], 2)["nvidia"]
+    nvidia = runtimes_of(file_changes[0].after, 2)["nvidia"]
     assert "privileged_without_host_devices" not in nvidia
     assert nvidia["options"]["SystemdCgroup"] is True
 
@@ -107,7 +108,7 @@ def test_nvidia_as_default_does_not_copy_itself_on_the_next_run(sandbox):
     _plan, file_changes = run(sandbox, HARDENED_V3, default_runtime="nvidia", runtimes=[
         {"name": "nvidia", "binary": "/usr/bin/nvidia-container-runtime", "options": {"Root": "/run/nvidia-root"}},
         {"name": "nvidia-cdi", "binary": "/usr/bin/nvidia-container-runtime.cdi"}])
-    after = file_changes[0]["after"]
+    after = file_changes[0].after
     assert runtimes_of(after, 3)["nvidia-cdi"]["options"]["Root"] == "/run/runc-root"
     sandbox.write(CONFIG, after)
     _plan, again = run(sandbox, None, default_runtime="nvidia", runtimes=[
@@ -124,7 +125,7 @@ def test_an_existing_nvidia_table_gets_the_inherited_keys(sandbox):
   SystemdCgroup = true
 """ % {"t": V3}
     _plan, file_changes = run(sandbox, older, runtimes=[{"name": "nvidia", "binary": "/usr/bin/nvidia-container-runtime"}])
-    nvidia = runtimes_of(file_changes[0]["after"], 3)["nvidia"]
+    nvidia = runtimes_of(file_changes[0].after, 3)["nvidia"]
     assert nvidia["privileged_without_host_devices"] is True
     assert nvidia["options"]["Root"] == "/run/runc-root"
 
@@ -133,7 +134,7 @@ def test_a_dropin_inherits_from_the_root_config(sandbox):
     root = HARDENED_V3.replace("version = 3\n", 'version = 3\nimports = ["/etc/containerd/conf.d/*.toml"]\n')
     plan, file_changes = run(sandbox, root)
     assert plan["target"]["mode"] == planner.MODE_DROPIN
-    nvidia = runtimes_of(file_changes[0]["after"], 3)["nvidia"]
+    nvidia = runtimes_of(file_changes[0].after, 3)["nvidia"]
     assert nvidia["privileged_without_host_devices"] is True
     assert nvidia["options"]["Root"] == "/run/runc-root"
 
@@ -142,7 +143,7 @@ def test_a_dropin_inherits_from_the_root_config(sandbox):
 @pytest.mark.parametrize("text", ["", "\n", "# written by the image build\n# nothing else\n"])
 def test_empty_or_comment_only_file_gets_the_version_line(sandbox, release, version, text):
     _plan, file_changes = run(sandbox, text, release)
-    after = file_changes[0]["after"]
+    after = file_changes[0].after
     assert after.startswith("version = %d\n" % version)
     assert after.count("# written by the image build") == text.count("# written by the image build")
     assert set(runtimes_of(after, version)) >= {"nvidia", "nvidia-cdi", "nvidia-legacy"}
@@ -189,7 +190,7 @@ def test_version_1_file_refusal_says_which_versions_the_node_reads(sandbox):
 
 
 def test_result_check_refuses_a_runtime_containerd_would_not_read():
-    plan = {"state": "present", "write": [{"name": "nvidia", "binary": "/usr/bin/nvidia-container-runtime"}]}
+    plan = EditPlan(target={}, write=({"name": "nvidia", "binary": "/usr/bin/nvidia-container-runtime"},))
     text = ('version = 3\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
             '  BinaryName = "/usr/bin/nvidia-container-runtime"\n')
     with pytest.raises(K3sGpuError, match=r"runtime nvidia is not where version 3 reads runtimes.*\[runtime_not_loaded\]"):
@@ -236,7 +237,7 @@ def test_cgroup_driver_mismatch_is_a_warning_and_a_result(sandbox, driver, syste
     [warning] = warnings
     assert KUBELET in warning and CONFIG in warning and "cgroupDriver is %s" % driver in warning
     assert "SystemdCgroup is %s" % systemd in warning and "\n" not in warning
-    assert file_changes and "SystemdCgroup = %s" % systemd in file_changes[0]["after"]  # runc is never rewritten
+    assert file_changes and "SystemdCgroup = %s" % systemd in file_changes[0].after  # runc is never rewritten
 
 
 def test_user_systemd_cgroup_fixes_the_nvidia_runtimes_but_runc_is_still_named(sandbox):

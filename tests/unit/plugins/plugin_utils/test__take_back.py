@@ -17,11 +17,10 @@ import pytest
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils import engine_view as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_write as node_write
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 
 RELEASE = "v1.32.2+k3s1"  # containerd 2.0, no drop-ins: the user's template is edited in place
 TEMPLATE = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
@@ -42,16 +41,16 @@ def compute(sandbox, state="present", distribution="k3s", release=RELEASE, runti
 
 
 def by_path(file_changes):
-    return dict((c["node_path"], c) for c in file_changes)
+    return dict((c.node_path, c) for c in file_changes)
 
 
 def apply(sandbox, file_changes):
     """Apply changes to the sandbox, as node_files would."""
     for change in file_changes:
-        if change["after"] is None:
-            os.unlink(sandbox.path(change["node_path"]))
+        if change.after is None:
+            os.unlink(sandbox.path(change.node_path))
         else:
-            sandbox.write(change["node_path"], change["after"], int(change.get("mode") or "0644", 8))
+            sandbox.write(change.node_path, change.after, int(change.mode or "0644", 8))
 
 
 def present(sandbox, distribution="k3s", release=RELEASE):
@@ -79,14 +78,14 @@ def test_the_first_edit_keeps_the_original_and_records_what_it_left(sandbox, dis
     sandbox.write(path, text)
     _plan, file_changes = compute(sandbox, "present", distribution, release)
     found = by_path(file_changes)
-    edited = found[path]["after"]
+    edited = found[path].after
     assert "nvidia-legacy" in edited
     kept = found[path + distro.ORIGINAL_SUFFIX]
-    assert (kept["before"], kept["after"], kept["mode"], kept["exists"]) == (None, text, "0600", False)
-    assert found[path + distro.RECORD_SUFFIX]["after"] == record(path, edited, text)
+    assert (kept.before, kept.after, kept.mode, kept.exists) == (None, text, "0600", False)
+    assert found[path + distro.RECORD_SUFFIX].after == record(path, edited, text)
     # node_files applies in order: the original is kept first, then the record names the new text, then the edit (a
     # run killed between any two leaves a file whose text the record or the original names)
-    order = [c["node_path"] for c in file_changes]
+    order = [c.node_path for c in file_changes]
     assert order.index(path + distro.ORIGINAL_SUFFIX) < order.index(path + distro.RECORD_SUFFIX) < order.index(path)
     entry = node_write.write_entry(kept, {"backup": False, "validate": "containerd --config %s config dump", "mode": "0644"})
     assert entry["expected_state"] == "absent" and entry["mode"] == "0600" and "validate" not in entry
@@ -95,7 +94,7 @@ def test_the_first_edit_keeps_the_original_and_records_what_it_left(sandbox, dis
 def test_a_template_the_collection_creates_keeps_no_original(sandbox):
     sandbox.k3s("k3s", "package")
     _plan, file_changes = compute(sandbox)
-    assert [c["node_path"] for c in file_changes if c["node_path"].endswith(BOOKKEEPING)] == []
+    assert [c.node_path for c in file_changes if c.node_path.endswith(BOOKKEEPING)] == []
 
 
 def test_a_file_that_already_holds_nvidia_tables_keeps_no_original(sandbox):
@@ -103,7 +102,7 @@ def test_a_file_that_already_holds_nvidia_tables_keeps_no_original(sandbox):
     sandbox.k3s("k3s", "package")
     sandbox.write(TEMPLATE, USER_TEMPLATE + NVIDIA_LEGACY.replace("legacy.options]", "legacy.options]\n  NoPivotRoot = true"))
     plan, file_changes = compute(sandbox)
-    assert [c for c in file_changes if c["node_path"].endswith(BOOKKEEPING)] == []
+    assert [c for c in file_changes if c.node_path.endswith(BOOKKEEPING)] == []
     assert any("is unknown and not kept" in note for note in plan["notes"])
 
 
@@ -123,11 +122,11 @@ def test_later_edits_keep_the_original_and_follow_the_record(sandbox, edited_by_
     _plan, file_changes = compute(sandbox, runtimes=[{"name": "nvidia-legacy", "binary": legacy},
                                                      {"name": "nvidia-custom", "binary": legacy}])
     found = by_path(file_changes)
-    assert "runtimes.nvidia-custom]" in found[TEMPLATE]["after"]
+    assert "runtimes.nvidia-custom]" in found[TEMPLATE].after
     assert TEMPLATE + distro.ORIGINAL_SUFFIX not in found  # never overwritten
     assert sandbox.read(TEMPLATE + distro.ORIGINAL_SUFFIX) == original
-    assert found[TEMPLATE + distro.RECORD_SUFFIX]["after"] == (
-        record(TEMPLATE, found[TEMPLATE]["after"], found[TEMPLATE]["before"]) if record_follows else None)
+    assert found[TEMPLATE + distro.RECORD_SUFFIX].after == (
+        record(TEMPLATE, found[TEMPLATE].after, found[TEMPLATE].before) if record_follows else None)
 
 
 @pytest.mark.parametrize("distribution, release, path, text", USER_FILES)
@@ -137,8 +136,8 @@ def test_absent_puts_the_original_back_and_removes_the_bookkeeping(sandbox, dist
     present(sandbox, distribution, release)
     plan, file_changes = compute(sandbox, "absent", distribution, release)
     found = by_path(file_changes)
-    assert found[path]["after"] == text
-    assert found[path + distro.ORIGINAL_SUFFIX]["after"] is None and found[path + distro.RECORD_SUFFIX]["after"] is None
+    assert found[path].after == text
+    assert found[path + distro.ORIGINAL_SUFFIX].after is None and found[path + distro.RECORD_SUFFIX].after is None
     assert plan["restored"] == [path] and not plan.get("changed_since_written")
 
 
@@ -150,8 +149,8 @@ def test_absent_after_a_users_edit_takes_out_only_our_tables_and_warns(sandbox):
     sandbox.write(TEMPLATE, edited)
     plan, file_changes = compute(sandbox, "absent")
     found = by_path(file_changes)
-    assert found[TEMPLATE]["after"] == USER_TEMPLATE.replace("# mine", "# mine, edited")
-    assert found[TEMPLATE + distro.ORIGINAL_SUFFIX]["after"] is None
+    assert found[TEMPLATE].after == USER_TEMPLATE.replace("# mine", "# mine, edited")
+    assert found[TEMPLATE + distro.ORIGINAL_SUFFIX].after is None
     assert plan["changed_since_written"] == [TEMPLATE]
     assert any(TEMPLATE + " changed since k3s_gpu.nvidia last wrote it" in w and "(nvidia-legacy)" in w
                for w in plan["warnings"])
@@ -168,7 +167,7 @@ def test_absent_keeps_a_users_own_nvidia_table_that_was_there_before(sandbox):
     sandbox.write(TEMPLATE, sandbox.read(TEMPLATE).decode() + own)
     sandbox.write(TEMPLATE + distro.ORIGINAL_SUFFIX, USER_TEMPLATE + own)
     _plan, file_changes = compute(sandbox, "absent")
-    after = by_path(file_changes)[TEMPLATE]["after"]
+    after = by_path(file_changes)[TEMPLATE].after
     assert "runtimes.nvidia-experimental]" in after and "runtimes.nvidia-legacy]" not in after
 
 
@@ -185,7 +184,7 @@ def test_our_directories_go_with_our_files(sandbox):
     sandbox.k3s("k3s", "package")
     present(sandbox, release="v1.33.10+k3s1")
     _plan, file_changes = compute(sandbox, "absent", release="v1.33.10+k3s1")
-    pruned = sorted(c["node_path"] for c in file_changes if c.get("remove_empty_parent"))
+    pruned = sorted(c.node_path for c in file_changes if c.remove_empty_parent)
     assert pruned == ["/etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml",
                       "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml"]
     entry = node_write.write_entry(file_changes[0], {"backup": False, "validate": None})
@@ -241,8 +240,8 @@ def test_absent_removes_only_the_cdi_spec_the_role_generated(sandbox, spec_path,
     extra, warnings = host_step.cdi_spec_changes(info, settings())
     assert bool(extra) is removed and bool(warnings) is warned
     if removed:
-        assert extra[0]["after"] is None and extra[0]["sha1"] == hashlib.sha1(text.encode()).hexdigest()
-        assert node_write.write_entry(extra[0], {"backup": True, "validate": None})["expected_sha1"] == extra[0]["sha1"]
+        assert extra[0].after is None and extra[0].sha1 == hashlib.sha1(text.encode()).hexdigest()
+        assert node_write.write_entry(extra[0], {"backup": True, "validate": None})["expected_sha1"] == extra[0].sha1
 
 
 @pytest.mark.parametrize("path, marker", [

@@ -17,7 +17,7 @@ import pytest
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _k3s_base as k3s_base
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils import engine_view as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _gotemplate as gotemplate
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _template_check as check
@@ -153,7 +153,7 @@ def test_our_own_block_is_no_after_install_duplicate(sandbox):
     node = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", toolkit_dirs=["/opt/nvidia/bin"])
     plan, file_changes = changes.compute(NodeFacts.from_reading(node), {})
     assert "nvidia" in [r["name"] for r in plan["write"]] and plan["template_outcome"] == "edit"
-    sandbox.write(file_changes[0]["node_path"], file_changes[0]["after"])
+    sandbox.write(file_changes[0].node_path, file_changes[0].after)
     node = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1", toolkit_dirs=["/opt/nvidia/bin"])
     assert changes.compute(NodeFacts.from_reading(node), {})[1] == []
 
@@ -190,7 +190,7 @@ def test_normalize_encoding_is_an_explicit_opt_in(sandbox):
     with pytest.raises(K3sGpuError, match=r"byte order mark.*\[encoding_bom\].*CR line endings.*\[encoding_crlf\]"):
         changes.compute(NodeFacts.from_reading(node), {})
     plan, file_changes = changes.compute(NodeFacts.from_reading(node), {"normalize_encoding": True})
-    after = file_changes[0]["after"]
+    after = file_changes[0].after
     assert not after.startswith("\ufeff") and "\r" not in after and "# site\n" in after
     assert any("normalized the encoding" in note for note in plan["notes"])
 

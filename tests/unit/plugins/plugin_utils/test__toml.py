@@ -16,10 +16,12 @@ import pytest
 import yaml
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _detect as detect
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _changes as changes
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.plugin_utils import engine_view as changes
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd._types import EditPlan
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _render as render
 
 LEGACY = "/usr/bin/nvidia-container-runtime.legacy"
 TEMPLATE_V3 = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
@@ -79,7 +81,7 @@ def test_user_template_edited_in_place(sandbox):
     facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1")
     plan, file_changes = compute(facts)
     assert plan["target"]["path"] == TEMPLATE_V3
-    after = file_changes[0]["after"]
+    after = file_changes[0].after
     # only the managed table's own lines changed
     assert changed_lines(USER_TEMPLATE, after) == [
         '-  BinaryName = "/old/nvidia-container-runtime.legacy"',
@@ -97,7 +99,7 @@ def test_missing_options_table_goes_right_after_its_runtime(sandbox):
             '  runtime_type = "io.containerd.runc.v2"\n\n# next\n[z]\n  a = 1\n')
     sandbox.write(TEMPLATE_V3, text)
     _plan, file_changes = compute(detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1"))
-    after = file_changes[0]["after"].splitlines()
+    after = file_changes[0].after.splitlines()
     assert after[3] == '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia-legacy.options]'
     assert after[-3:] == ["# next", "[z]", "  a = 1"]
 
@@ -107,7 +109,7 @@ def test_absent_removes_only_our_tables(sandbox):
     sandbox.write(TEMPLATE_V3, USER_TEMPLATE)
     facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1")
     _plan, file_changes = compute(facts, state="absent")
-    after = file_changes[0]["after"]
+    after = file_changes[0].after
     removed = changed_lines(USER_TEMPLATE, after)
     assert all(line.startswith("-") for line in removed)
     assert len(removed) == 5
@@ -118,21 +120,21 @@ def test_absent_removes_only_our_tables(sandbox):
 def test_created_template_removed_when_nothing_is_missing(sandbox):
     facts = facts_for(sandbox)
     _plan, file_changes = compute(facts)
-    sandbox.write(TEMPLATE_V3, file_changes[0]["after"])
+    sandbox.write(TEMPLATE_V3, file_changes[0].after)
     sandbox.write("/usr/bin/nvidia-container-runtime.legacy", "")  # stays, but state=absent below
     facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1")
     _plan, file_changes = compute(facts, state="absent")
-    assert file_changes[0]["after"] is None  # our own file, now empty: removed
+    assert file_changes[0].after is None  # our own file, now empty: removed
 
 
 def test_upgrade_to_dropin_release_moves_our_blocks(sandbox):
     facts = facts_for(sandbox)
     _plan, file_changes = compute(facts)
-    sandbox.write(TEMPLATE_V3, file_changes[0]["after"])
+    sandbox.write(TEMPLATE_V3, file_changes[0].after)
     facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
     plan, file_changes = compute(facts)
     assert plan["target"]["mode"] == "dropin"
-    by_path = dict((c["node_path"], c["after"]) for c in file_changes)
+    by_path = dict((c.node_path, c.after) for c in file_changes)
     assert by_path[TEMPLATE_V3] is None
     assert "nvidia-legacy" in by_path["/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml"]
 
@@ -142,11 +144,11 @@ def test_table_base_now_emits_is_taken_out_of_our_template(sandbox):
     facts = facts_for(sandbox, "v1.28.14+k3s1")
     _plan, file_changes = compute(facts)
     path = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"
-    first = file_changes[0]["after"]
+    first = file_changes[0].after
     assert "nvidia-cdi" in first
     sandbox.write(path, first)
     plan, file_changes = compute(detect.gather(sandbox.root, "k3s", "v1.28.15+k3s1"))
-    after = file_changes[0]["after"]
+    after = file_changes[0].after
     assert "nvidia-cdi" not in after and "nvidia-legacy" in after
     assert plan["removed_for_base"] == ["nvidia-cdi"]
 
@@ -169,7 +171,7 @@ def test_frozen_template_without_base(sandbox):
     # a frozen copy ignores drop-ins and renders no detected runtimes: edit it, with all three
     assert plan["target"]["mode"] == "template"
     assert set(r["name"] for r in plan["write"]) == {"nvidia", "nvidia-cdi", "nvidia-legacy"}
-    assert file_changes[0]["after"].startswith(frozen)
+    assert file_changes[0].after.startswith(frozen)
 
 
 def test_plain_containerd_1x_keeps_runc(sandbox):
@@ -178,11 +180,11 @@ def test_plain_containerd_1x_keeps_runc(sandbox):
     sandbox.write("/etc/containerd/config.toml", "version = 2\n\n# ops team\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"pause:3.9\"\n")
     facts = detect.gather(sandbox.root, "containerd", "1.6.20")
     plan, file_changes = compute(facts, enable_cdi=None)
-    data = tomllib.loads(file_changes[0]["after"])
+    data = tomllib.loads(file_changes[0].after)
     runtimes = data["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
     assert set(runtimes) == {"runc", "nvidia"}
     assert any("runc block" in note for note in plan["notes"])
-    assert file_changes[0]["after"].startswith(file_changes[0]["before"].rstrip("\n"))
+    assert file_changes[0].after.startswith(file_changes[0].before.rstrip("\n"))
 
 
 def test_plain_containerd_default_runtime_and_cdi(sandbox):
@@ -194,12 +196,12 @@ def test_plain_containerd_default_runtime_and_cdi(sandbox):
                   "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n")
     facts = detect.gather(sandbox.root, "containerd", "1.7.24")
     _plan, file_changes = compute(facts, enable_cdi=True, default_runtime="nvidia")
-    after = file_changes[0]["after"]
+    after = file_changes[0].after
     data = tomllib.loads(after)["plugins"]["io.containerd.grpc.v1.cri"]
     assert data["enable_cdi"] is True
     assert data["containerd"]["default_runtime_name"] == "nvidia"
     assert data["containerd"]["runtimes"]["nvidia"]["options"]["SystemdCgroup"] is True  # follows runc
-    assert len(changed_lines(file_changes[0]["before"], after)) == 2 + 2 + 6
+    assert len(changed_lines(file_changes[0].before, after)) == 2 + 2 + 6
 
 
 def test_plain_containerd_dropin_when_imported_and_deep_merge(sandbox):
@@ -263,17 +265,17 @@ def test_overlapping_edits_are_refused_not_dropped():
 def test_absent_with_explicit_names_removes_our_file(sandbox):
     facts_for(sandbox)
     _plan, file_changes = compute(detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1"))
-    sandbox.write(TEMPLATE_V3, file_changes[0]["after"])
+    sandbox.write(TEMPLATE_V3, file_changes[0].after)
     facts = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1")
     plan, file_changes = compute(facts, state="absent",
                                  runtimes=[{"name": "nvidia-legacy"}, {"name": "nvidia-cdi"}])
-    assert file_changes[0]["after"] is None
+    assert file_changes[0].after is None
 
 
 # --- node labels in the config.yaml.d file -------------------------------------------------------
 
 def _yaml_change(file_changes, key="default_runtime_file"):
-    return next((c for c in file_changes if c["key"] == key), None)
+    return next((c for c in file_changes if c.key == key), None)
 
 
 def test_handler_labels_share_the_file_with_the_default_runtime(sandbox):
@@ -281,7 +283,7 @@ def test_handler_labels_share_the_file_with_the_default_runtime(sandbox):
     plan, file_changes = compute(facts, default_runtime="nvidia", handler_labels=True)
     assert plan["node_labels"] == ["k3s-gpu.nvidia/handler.nvidia=true", "k3s-gpu.nvidia/handler.nvidia-cdi=true",
                                    "k3s-gpu.nvidia/handler.nvidia-legacy=true"]
-    text = _yaml_change(file_changes)["after"]
+    text = _yaml_change(file_changes).after
     assert text == (toml.MANAGED_YAML_HEADER + '\ndefault-runtime: "nvidia"\nnode-label+:\n'
                     '  - "k3s-gpu.nvidia/handler.nvidia=true"\n  - "k3s-gpu.nvidia/handler.nvidia-cdi=true"\n'
                     '  - "k3s-gpu.nvidia/handler.nvidia-legacy=true"\n')
@@ -295,8 +297,8 @@ def test_handler_labels_false_owns_the_file_and_removes_an_old_default(sandbox):
     # unset: the default set earlier stays (the module's behaviour before labels)
     assert _yaml_change(compute(facts)[1]) is None
     change = _yaml_change(compute(facts, handler_labels=False)[1])
-    assert change["after"] is None and change["exists"]
-    labels_only = _yaml_change(compute(facts, handler_labels=True)[1])["after"]
+    assert change.after is None and change.exists
+    labels_only = _yaml_change(compute(facts, handler_labels=True)[1]).after
     assert "default-runtime" not in labels_only and "node-label+:" in labels_only
 
 
@@ -307,7 +309,7 @@ def test_handler_labels_take_over_the_roles_old_labels_file(sandbox):
                        "node-label+:\n  - \"k3s-gpu.nvidia/handler.nvidia=true\"\n")
     facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
     change = _yaml_change(compute(facts, handler_labels=True)[1], "labels_file_legacy")
-    assert change["node_path"] == old and change["after"] is None
+    assert change.node_path == old and change.after is None
     # a file of that name someone else wrote is left alone
     sandbox.write(old, "node-label+:\n  - mine=true\n")
     facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
@@ -316,8 +318,8 @@ def test_handler_labels_take_over_the_roles_old_labels_file(sandbox):
 
 def test_handler_labels_use_the_prefix_runtimeclasses_select():
     from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _runtimeclasses as rc
-    plan = {"write": [{"name": "nvidia-legacy"}], "skip": [{"name": "nvidia"}, {"name": "crun"}]}
-    assert changes.node_labels(plan) == ["%s=true" % rc.handler_label("nvidia"), "%s=true" % rc.handler_label("nvidia-legacy")]
+    plan = EditPlan.of({"target": {}, "write": [{"name": "nvidia-legacy"}], "skip": [{"name": "nvidia"}, {"name": "crun"}]})
+    assert render.node_labels(plan) == ["%s=true" % rc.handler_label("nvidia"), "%s=true" % rc.handler_label("nvidia-legacy")]
 
 
 def test_our_block_for_a_runtime_that_went_away_is_removed(sandbox):
@@ -325,14 +327,14 @@ def test_our_block_for_a_runtime_that_went_away_is_removed(sandbox):
     facts = facts_for(sandbox, release="v1.28.15+k3s1", layout="package")
     _plan, file_changes = compute(facts)
     template = file_changes[0]
-    assert "nvidia-legacy" in template["after"]
-    sandbox.write(template["node_path"], template["after"])
+    assert "nvidia-legacy" in template.after
+    sandbox.write(template.node_path, template.after)
     for binary in ("/usr/bin/nvidia-container-runtime", "/usr/bin/nvidia-container-runtime.cdi",
                    "/usr/bin/nvidia-container-runtime.legacy"):
         os.remove(sandbox.path(binary))
     plan, file_changes = compute(detect.gather(sandbox.root, "k3s", "v1.28.15+k3s1"))
     assert plan["removed_stale"] == ["nvidia-legacy"]
-    assert [(c["node_path"], c["after"]) for c in file_changes] == [(template["node_path"], None)]
+    assert [(c.node_path, c.after) for c in file_changes] == [(template.node_path, None)]
     assert changes.result_fields(NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", "v1.28.15+k3s1")), plan)["runtimes_removed"] == ["nvidia-legacy"]
 
 
