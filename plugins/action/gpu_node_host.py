@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ansible.utils.display import Display
 
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, ended
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import NOTHING_CHANGED
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _doctor_phase as doctor_phase
@@ -50,21 +50,27 @@ PHASE_VARS = {"plan": None, "upgrade_check": UPGRADE_CHECK_VARS, "doctor": DOCTO
               "configure": READ_VARS + PLAN_VARS + CONFIGURE_VARS + DEVICE_PLUGIN_VARS}
 
 
+# a phase whose refusals end otherwise than with "Nothing was changed.": the handler's refusal says itself that it
+# restarts nothing
+PHASE_ENDINGS = {"restart": None}
+
+
 class ActionModule(SpecAction):
 
     ARGUMENT_SPEC = specs.GPU_NODE_HOST_SPEC
     REQUIRED_IF = specs.GPU_NODE_HOST_REQUIRED_IF
+    FAILURE_ENDING = NOTHING_CHANGED
+    # a refusal as the role reports it: the host state the step hands on is dropped, a warning that says it too
+    failed_result = staticmethod(host_step.failed)
 
     def run_validated(self, result, args, task_vars):
         phase = args["phase"]
         host = task_vars.get("inventory_hostname", "")
-        try:
-            # every variable of the role in the plan phase: the site playbook imports the role without Ansible's own
-            # validation task (rolespec_validate: false), one task per host less
-            settings = role_vars.read(task_vars, self._templar.template, PHASE_VARS.get(phase))
-            result["settings"] = host_step.task_settings(settings, task_vars, self._templar.template)  # the role's tasks read these
-        except K3sGpuError as exc:
-            return host_step.failed(result, ended("%s: %s" % (host, exc)))
+        # every variable of the role in the plan phase: the site playbook imports the role without Ansible's own
+        # validation task (rolespec_validate: false), one task per host less; a refusal names the host
+        settings = role_vars.read(task_vars, self._templar.template, PHASE_VARS.get(phase), where=host)
+        # the role's tasks read these
+        result["settings"] = host_step.task_settings(settings, task_vars, self._templar.template, where=host)
         if phase == "plan":
             result.setdefault("warnings", []).extend(role_vars.unknown_variables(task_vars))
         result.setdefault("warnings", [])
@@ -80,6 +86,10 @@ class ActionModule(SpecAction):
             self._remove_tmp_path(self._connection._shell.tmpdir)
 
     def _run_phase(self, task, phase, result, settings, args, task_vars):
+        state = None
+        if phase in ("reread", "configure"):
+            state = host_state.HostState.from_result(args["node"], "%s: the argument node" % task.host)
+        self.failure_ending = PHASE_ENDINGS.get(phase, NOTHING_CHANGED)
         if phase == "plan":
             return phases.decide(task, result, settings, task_vars)
         if phase == "restart":
@@ -88,10 +98,6 @@ class ActionModule(SpecAction):
             return phases.check_upgrade(task, result, settings, args["fail"])
         if phase == "doctor":
             return doctor_phase.diagnose(task, result, settings, task_vars)
-        try:
-            state = host_state.HostState.from_result(args["node"], "the argument node")
-        except K3sGpuError as exc:
-            return host_step.failed(result, ended("%s: %s" % (task.host, exc)))
         if phase == "reread":
             return phases.reread(task, result, settings, state)
         result["reboot_required"] = bool(self._templar.template(task_vars.get("gpu_node_reboot_required", False)))

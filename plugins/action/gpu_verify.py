@@ -17,7 +17,6 @@ import os
 import time
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _verify as verify
 
@@ -50,15 +49,11 @@ class ActionModule(SpecAction):
 
     ARGUMENT_SPEC = specs.GPU_VERIFY_SPEC
 
+    def failure_message(self, exc):
+        return verify.error_line(exc)  # the playbook's one line: cause, then "Fix: ..."
+
     def run_validated(self, result, args, task_vars):
         result["changed"] = False
-        try:
-            return self._run_phase(result, args, task_vars)
-        except K3sGpuError as exc:
-            result.update(failed=True, msg=verify.error_line(exc))
-            return result
-
-    def _run_phase(self, result, args, task_vars):
         phase = args["phase"]
         if phase == "connect":
             self._check_kubeconfig(args.get("kubeconfig") or "")  # the check alone (the doctor's, before any read)

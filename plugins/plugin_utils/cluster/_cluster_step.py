@@ -360,8 +360,28 @@ def unchanged_on_server(files, manifests):
     return True
 
 
+def inspect_manifests(texts):
+    """Without a cluster: what the manifests this collection wrote on a server say. texts: {file name: text or None}."""
+    found = {}
+    for name, text in sorted(texts.items()):
+        if text is None:
+            found[name] = None
+            continue
+        documents = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+        kinds = sorted(set(d.get("kind", "?") for d in documents))
+        entry = {"kinds": kinds, "names": sorted((d.get("metadata") or {}).get("name", "?") for d in documents)}
+        for document in documents:
+            if document.get("kind") == "HelmChart":
+                values = yaml.safe_load((document.get("spec") or {}).get("valuesContent") or "") or {}
+                entry["chart"] = (document.get("spec") or {}).get("chart")
+                entry["version"] = (document.get("spec") or {}).get("version")
+                entry["runtimeClassName"] = values.get("runtimeClassName")
+        found[name] = entry
+    return found
+
+
 def inspection_lines(cluster, found):
-    """(lines, problems) of the verify playbook without a cluster, from _verify.inspect_manifests of the writer."""
+    """(lines, problems) of the verify playbook without a cluster, from inspect_manifests of the writer."""
     where = "cluster %s (%s)" % (cluster["name"], cluster["writer"])
     lines = []
     for name in MANIFESTS:

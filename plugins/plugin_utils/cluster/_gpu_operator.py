@@ -17,9 +17,7 @@ Which chart line creates which RuntimeClass, and which HelmChart fields each rel
 helm-controller knows, is data in `_release_rules`, not a rule here.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import re
 
@@ -28,6 +26,7 @@ from collections.abc import Mapping
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import line_key, type_name
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _helmchart as helmchart
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _runtimeclasses as runtimeclasses
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _merge as merge
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
@@ -154,11 +153,7 @@ def _check_nodes(nodes):
         where = "nodes[%d]" % index
         if not isinstance(node, Mapping):
             raise K3sGpuError("%s must be a dict, got %s" % (where, type_name(node)))
-        unknown = sorted(str(key) for key in node if key not in NODE_KEYS)
-        if unknown:
-            raise K3sGpuError(
-                "%s has unknown key(s) %s" % (where, ", ".join(unknown)),
-                fix="the keys are %s" % (", ".join(NODE_KEYS),))
+        runtimeclasses.refuse_unknown_keys(node, NODE_KEYS, where)
         host = node.get("host")
         if not isinstance(host, str) or not host:
             raise K3sGpuError("%s.host must be the inventory hostname, got %r" % (where, host))

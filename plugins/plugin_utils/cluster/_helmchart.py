@@ -8,9 +8,7 @@ in operator mode, NVIDIA's device plugin in host mode): one builder, so that bot
 
 PRIVATE to the collection."""
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import posixpath
 

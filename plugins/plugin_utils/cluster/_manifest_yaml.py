@@ -15,9 +15,7 @@ multi-line string that YAML can hold verbatim (a HelmChart's valuesContent) is a
 Key order is the caller's, then alphabetical. The unit tests read the output back with PyYAML.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import json
 import re

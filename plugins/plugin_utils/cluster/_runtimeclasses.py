@@ -16,9 +16,7 @@ Rendering goes through `_manifest_yaml` (stdlib, byte-stable across controllers)
 text lands in the server's auto-deploy directory and `copy` must not see a change for nothing.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import re
 
@@ -58,6 +56,13 @@ _HUGEPAGES_PREFIX = "hugepages-"
 
 
 # --- validation ----------------------------------------------------------------------------------
+
+def refuse_unknown_keys(node: Mapping, keys: tuple, where: str) -> None:
+    """Refuse a node entry (of this module's or the GPU Operator's plan) with keys it does not know, naming them."""
+    unknown = sorted(str(key) for key in node if key not in keys)
+    if unknown:
+        raise K3sGpuError("%s has unknown key(s) %s" % (where, ", ".join(unknown)), fix="the keys are %s" % (", ".join(keys),))
+
 
 def _check_dns_label(where, value, what):
     if not k8s_labels.is_dns_label(value):
@@ -192,11 +197,7 @@ def _collect_nodes(nodes):
         if not isinstance(node, Mapping):
             raise K3sGpuError(
                 "%s must be a dict with host and handlers, got %s %r" % (where, type_name(node), node))
-        unknown = sorted(str(key) for key in node if key not in NODE_KEYS)
-        if unknown:
-            raise K3sGpuError(
-                "%s has unknown key(s) %s" % (where, ", ".join(unknown)),
-                fix="the keys are %s" % (", ".join(NODE_KEYS),))
+        refuse_unknown_keys(node, NODE_KEYS, where)
         host = node.get("host")
         if not isinstance(host, str) or not host.strip():
             raise K3sGpuError("%s.host must be the inventory hostname (a non-empty string), got %r" % (where, host))

@@ -346,26 +346,6 @@ def report(pods, logs, expected, allocatable, events=(), problems=(), notes=()):
     return {"lines": lines, "failed": failed}
 
 
-def inspect_manifests(texts):
-    """Without a cluster: what the manifests this collection wrote on a server say. texts: {file name: text or None}."""
-    found = {}
-    for name, text in sorted(texts.items()):
-        if text is None:
-            found[name] = None
-            continue
-        documents = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
-        kinds = sorted(set(d.get("kind", "?") for d in documents))
-        entry = {"kinds": kinds, "names": sorted((d.get("metadata") or {}).get("name", "?") for d in documents)}
-        for document in documents:
-            if document.get("kind") == "HelmChart":
-                values = yaml.safe_load((document.get("spec") or {}).get("valuesContent") or "") or {}
-                entry["chart"] = (document.get("spec") or {}).get("chart")
-                entry["version"] = (document.get("spec") or {}).get("version")
-                entry["runtimeClassName"] = values.get("runtimeClassName")
-        found[name] = entry
-    return found
-
-
 # ------------------------------------------------------------------ the kubeconfig
 # Checked on the controller before the first kubernetes.core task, so that one that does not work is one line naming
 # it, what is wrong and the fix, instead of the Python client's exception text (issue 41). Nothing of the file's

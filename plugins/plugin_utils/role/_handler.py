@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_phases as phases
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_step as host_step
@@ -29,10 +28,7 @@ def restart_verified(task, result, settings, task_vars):
     result.update((k, v) for k, v in node.items() if k not in TASK_KEYS and not k.startswith("_ansible"))
     # what the host step changed, for the summary: this task's own `changed` is the restart only
     result["host_changed"] = bool(node.get("host_changed", node.get("changed")))
-    try:
-        state = host_state.HostState.from_result(node.get("node"))
-    except K3sGpuError as exc:
-        return host_step.failed(result, "%s: nothing to restart: %s" % (task.host, exc))
+    state = host_state.HostState.from_result(node.get("node"), "%s: nothing to restart: gpu_node_result.node" % task.host)
     facts, changes = state.facts, state.changes or host_state.Changes()
     units = facts.units
     reason = restart.why_not(bool(task.check_mode), settings["restart"], state.plan.live, units)

@@ -6,7 +6,8 @@
 """The gpu_node role's host step, phase by phase (the action k3s_gpu.nvidia.gpu_node_host only dispatches): decide
 (read the node, the role's first decision, and configure containerd where nothing is to be installed first), reread
 after the installs, configure containerd, and the upgrade check. Each phase takes the HostTask of its Ansible task and
-fills the task's result.
+fills the task's result; a refusal is raised as a K3sGpuError, which the action's failure boundary
+(_spec_action.SpecAction) reports.
 
 PRIVATE to the collection. Controller side."""
 
@@ -18,7 +19,7 @@ from typing import Any, Callable, Dict
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import NOTHING_CHANGED, K3sGpuError, ended
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import NOTHING_CHANGED, ended
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_reading as node_reading
@@ -67,12 +68,9 @@ def decide(task, result, settings, task_vars):
         "driver_reboot", "default_runtime", "remove_operator_leftovers", "state", "absent_remove_toolkit",
         "absent_remove_driver"))
     plan_settings["local_connection"] = task_vars.get("ansible_connection", "ssh") == "local"
-    try:
-        plan = host_step.plan_host(facts, plan_settings, host)
-        if plan.selected:
-            host_step.device_plugin_labels(settings, host)  # the sharing settings refused before any install
-    except K3sGpuError as exc:
-        return host_step.failed(result, ended(str(exc)))
+    plan = host_step.plan_host(facts, plan_settings, host)
+    if plan.selected:
+        host_step.device_plugin_labels(settings, host)  # the sharing settings refused before any install
     for message in plan.messages:
         task.display.display(message)
     cdi = host_step.cdi_due(facts, plan, settings)
@@ -144,12 +142,10 @@ def configure_params(task, settings, facts, plan):
 
 
 def configure_node(task, result, settings, facts, plan, write=True):
-    """Configure containerd (write=False: only decide; configure_due then says that files are to be written)."""
+    """Configure containerd (write=False: only decide; configure_due then says that files are to be written). The node
+    labels' refusal is raised (K3sGpuError)."""
     absent = settings["state"] == "absent"
-    try:
-        params = configure_params(task, settings, facts, plan)
-    except K3sGpuError as exc:
-        return host_step.failed(result, ended(str(exc)))
+    params = configure_params(task, settings, facts, plan)
     validated = ArgumentSpecValidator(configure.SPEC).validate(params)
     if validated.error_messages:
         # the role's variables were checked by the role's spec (gpu_node_runtimes by the module's own): not the user's

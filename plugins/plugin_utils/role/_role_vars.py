@@ -24,6 +24,7 @@ import difflib
 import os
 
 from collections.abc import Mapping
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import yaml
 
@@ -118,12 +119,14 @@ def role_spec(entry_point="main"):
     return _load()[entry_point]
 
 
-def read(task_vars, template, names=None, entry_point="main"):
+def read(task_vars: Mapping[str, Any], template: Callable[[Any], Any], names: Optional[Sequence[str]] = None,
+         entry_point: str = "main", where: Optional[str] = None) -> Dict[str, Any]:
     """The role variables `names` (default every variable of the entry point, which the role then need not have
     Ansible validate in a task of its own), templated (`template(value)`) and converted by the entry point's spec.
 
     A variable the user did not set gets the spec's default; gpu_node_target_release, when empty, the release the
-    inventory asks for (INVENTORY_RELEASES). Returns {name without the gpu_node_ prefix: value}. Raises K3sGpuError."""
+    inventory asks for (INVENTORY_RELEASES). Returns {name without the gpu_node_ prefix: value}. Raises K3sGpuError,
+    its cause prefixed with `where` (the host whose variables they are) where given."""
     spec = role_spec(entry_point)
     names = list(spec) if names is None else names
     wanted = dict((name, spec[name]) for name in names)
@@ -137,7 +140,7 @@ def read(task_vars, template, names=None, entry_point="main"):
     converted = validated.validated_parameters
     for name in values if not validated.error_messages else ():  # a value the spec refused is not converted
         refused[name] = checks.after_conversion(name, wanted[name], converted[name])
-    _refuse([refused.get(name) for name in names] + validated.error_messages)
+    _refuse([refused.get(name) for name in names] + validated.error_messages, where)
     settings = dict((name[len(PREFIX):], value) for name, value in converted.items())
     if "target_release" in settings and not settings["target_release"]:
         found = inventory_release(task_vars, template)
@@ -145,11 +148,11 @@ def read(task_vars, template, names=None, entry_point="main"):
     return settings
 
 
-def _refuse(messages):
+def _refuse(messages, where=None):
     """One K3sGpuError for the refusals among messages (None where a variable is fine), each naming its variable."""
-    refused = [message for message in messages if message]
+    refused = "; ".join(message for message in messages if message)
     if refused:
-        raise K3sGpuError("; ".join(refused))
+        raise K3sGpuError(refused if where is None else "%s: %s" % (where, refused))
 
 
 def unknown_variables(task_vars):

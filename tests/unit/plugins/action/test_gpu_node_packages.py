@@ -143,8 +143,8 @@ def run_action(node, args, facts=None, check_mode=False, role_vars=None):
     action = make_action(action_plugin, args, check_mode)
     action._execute_module = lambda module_name, module_args, task_vars: node.run(action, module_name, dict(module_args))
     action._remove_tmp_path = lambda path: None
-    action._write = lambda content, dest, mode: action_plugin.ActionModule._module(
-        action, "ansible.builtin.copy_content", {"dest": dest, "content": content})
+    action._write = lambda content, dest, mode: action._run_module(
+        "ansible.builtin.copy_content", {"dest": dest, "content": content}, False)
     node._copy_content = lambda module_args, check: node._write(module_args["dest"], module_args["content"], check)
     task_vars = dict(inventory_hostname="gpu1", ansible_facts=facts or DEBIAN, **(role_vars or {}))
     task_vars.setdefault("gpu_node_toolkit_operator_extensions", False)

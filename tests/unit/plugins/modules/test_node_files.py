@@ -23,8 +23,11 @@ OLD = "version = 2\n# the user's line\n"
 NEW = "version = 2\n# the user's line\n[extra]\n"
 
 
-def run(capsys, files, **flags):
+def run(capsys, files, root=None, **flags):
+    """node_files' result for these entries (root: its root option; flags: _ansible_<flag> arguments)."""
     args = {"files": files}
+    if root is not None:
+        args["root"] = str(root)
     args.update(("_ansible_" + k, v) for k, v in flags.items())
     with patch_module_args(args):
         with pytest.raises(SystemExit):

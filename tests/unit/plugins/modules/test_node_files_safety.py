@@ -22,19 +22,9 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.k3s_gpu.nvidia.plugins.modules import node_files
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.modules.test_node_files import run
 
 DROPIN = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-k3s-gpu-nvidia.toml"
-
-
-def run(capsys, files, root=None, **flags):
-    args = {"files": files}
-    if root is not None:
-        args["root"] = str(root)
-    args.update(("_ansible_" + k, v) for k, v in flags.items())
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            node_files.main()
-    return json.loads(capsys.readouterr().out)
 
 
 def tree(top):

@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _cluster_step as cluster_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _runtimeclasses as runtimeclasses
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _verify as verify
 
@@ -165,7 +166,7 @@ def test_manifests_read_without_a_cluster():
     rc = runtimeclasses.render_manifest_yaml([runtimeclasses.runtimeclass_manifest("nvidia-cdi")])
     chart = ('---\napiVersion: helm.cattle.io/v1\nkind: HelmChart\nmetadata: {name: nvidia-device-plugin}\n'
              'spec: {chart: nvidia-device-plugin, version: 0.20.0, valuesContent: "runtimeClassName: nvidia\\n"}\n')
-    found = verify.inspect_manifests({"a.yaml": None, "rc.yaml": rc, "dp.yaml": chart})
+    found = cluster_step.inspect_manifests({"a.yaml": None, "rc.yaml": rc, "dp.yaml": chart})
     assert found["a.yaml"] is None
     assert found["rc.yaml"] == {"kinds": ["RuntimeClass"], "names": ["nvidia-cdi"]}
     assert found["dp.yaml"]["runtimeClassName"] == "nvidia" and found["dp.yaml"]["version"] == "0.20.0"
