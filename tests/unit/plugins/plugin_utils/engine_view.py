@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _configure as engine
+# _decide and _render, not _configure: ansible-test runs the module_utils tests without Ansible's controller modules
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _decide as decide
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _render as render
 
 
@@ -50,5 +51,6 @@ def result_fields(facts, view):
 
 def compute(facts, params, own_files=False, check_cache=None):
     """(plan view, [FileChange]) for params on the node the facts (a NodeFacts) read."""
-    rendered = engine.compute(facts, params, own_files=own_files, check_cache=check_cache)
+    plan = decide.decide(facts, params, check_cache=check_cache)
+    rendered = render.render(facts, plan, params, own_files=own_files, check_cache=check_cache)
     return plan_view(rendered), list(rendered.changes)
