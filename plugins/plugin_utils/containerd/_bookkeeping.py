@@ -21,15 +21,17 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_reading as node_reading
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd._types import Rendered, file_change
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
-# user files edited in place whose bytes before the first edit are kept (their <key>_orig and <key>_record facts)
-ORIGINAL_KEYS = ("template_v3", "template_v2", "config")
 # our files whose directory goes with them when they leave it empty (k3s/rke2 create none of these directories)
 PRUNED_PARENTS = ("dropin_v3", "dropin_v2", "default_runtime_file", "labels_file_legacy")
-_TEMPLATES = ("template_v3", "template_v2")
+# the templates k3s/rke2 render
+TEMPLATE_KEYS = ("template_v3", "template_v2")
+# user files edited in place whose bytes before the first edit are kept (their <key>_orig and <key>_record facts)
+ORIGINAL_KEYS = TEMPLATE_KEYS + ("config",)
 
 
 def _sha256(text):
@@ -71,13 +73,8 @@ def runtime_names_in(text: str, schema: int, is_template: bool, path: str) -> Op
     return sorted(runtimes) if isinstance(runtimes, dict) else []
 
 
-def _text_of(facts, key):
-    info = facts.files.get(key) or {}
-    return info.get("content") if info.get("state") == "file" else None
-
-
 def _schema_of(facts, plan, key):
-    return distro.schema_of_template(facts.paths[key].rsplit("/", 1)[-1]) if key in _TEMPLATES else plan.target["schema"]
+    return distro.schema_of_template(facts.paths[key].rsplit("/", 1)[-1]) if key in TEMPLATE_KEYS else plan.target["schema"]
 
 
 def _bookkeeping(facts, key, suffix_key, after):
@@ -133,10 +130,10 @@ def _kept_originals(facts, plan, keys, by_key, said):
         before = change.before
         if before.startswith(toml.MANAGED_HEADER):
             continue  # a file the collection created: absent removes it whole
-        record = _text_of(facts, key + "_record")
+        record = node_reading.config_text(facts, key + "_record")
         if (facts.files.get(key + "_orig") or {}).get("state") != "file":
             ours = set(plan.remove) | set(plan.written_names) | set(n for n, _b in distro.NVIDIA_RUNTIMES)
-            found = runtime_names_in(before, _schema_of(facts, plan, key), key in _TEMPLATES, change.node_path)
+            found = runtime_names_in(before, _schema_of(facts, plan, key), key in TEMPLATE_KEYS, change.node_path)
             if found is None or ours & set(found):
                 # it already holds tables of ours (an earlier version of the collection edited it), or we cannot
                 # tell: its first bytes are unknown, and absent takes out the NVIDIA tables by name
@@ -146,7 +143,7 @@ def _kept_originals(facts, plan, keys, by_key, said):
                 continue
             first.append(_bookkeeping(facts, key, "orig", before))
             first.append(_bookkeeping(facts, key, "record", record_text(change.node_path, change.after, before)))
-        elif _sha256(before) in recorded_sums(record) or (record is None and before == _text_of(facts, key + "_orig")):
+        elif _sha256(before) in recorded_sums(record) or (record is None and before == node_reading.config_text(facts, key + "_orig")):
             # still the collection's text (or the original, a run killed before its first record): the record names
             # the new text before the edit is made
             first.append(_bookkeeping(facts, key, "record", record_text(change.node_path, change.after, before)))
@@ -161,7 +158,7 @@ def _put_back(facts, plan, keys, by_key, backup, said):
     """State absent: each user file put back (its original) or cleaned (only our tables out), its bookkeeping gone."""
     extra = []
     for key in keys:
-        original = _text_of(facts, key + "_orig")
+        original = node_reading.config_text(facts, key + "_orig")
         if original is None:
             extra.append(_bookkeeping(facts, key, "record", None))  # a record alone is of no use
             continue
@@ -177,16 +174,16 @@ def _put_back(facts, plan, keys, by_key, backup, said):
 def _take_back(facts, plan, key, original, backup, said):
     """The change that takes the collection's edits out of a user's file that has its original kept (None: none)."""
     node_path = facts.paths[key]
-    current = _text_of(facts, key)
+    current = node_reading.config_text(facts, key)
     if current is None:
         said.notes.append("%s is gone (removed since the collection edited it); it is not brought back" % node_path)
         return None
-    if current == original or _sha256(current) in recorded_sums(_text_of(facts, key + "_record")):
+    if current == original or _sha256(current) in recorded_sums(node_reading.config_text(facts, key + "_record")):
         said.restored.append(node_path)
         change = file_change(facts, key, node_path, original, "original")
         return change if change.changes_file else None
     schema = _schema_of(facts, plan, key)
-    is_template = key in _TEMPLATES
+    is_template = key in TEMPLATE_KEYS
     in_original = set(runtime_names_in(original, schema, is_template, node_path) or ())
     ours = tuple(name for name in plan.remove if name not in in_original)
     mode = planner.MODE_TEMPLATE if is_template else planner.MODE_CONFIG

@@ -20,6 +20,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as pla
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _merge as merge
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_reading as node_reading
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _template_check as template_check
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd._types import EditPlan, Verdict
@@ -38,9 +39,7 @@ def decide(facts: NodeFacts, params: Mapping[str, Any], check_cache: Any = None)
         facts.reading, runtimes=params.get("runtimes"), state=params.get("state") or "present",
         default_runtime=params.get("default_runtime"), enable_cdi=params.get("enable_cdi"), path=params.get("path"))
     target = planned["target"]
-    info = facts.files.get(target["key"]) or {}
-    current = info.get("content") if info.get("state") == "file" else None
-    write, skip = _keep_users_runtimes(facts, planned, target, current)
+    write, skip = _keep_users_runtimes(facts, planned, target, node_reading.config_text(facts, target["key"]))
     planned = dict(planned, write=write, skip=skip)
     default_flag = _flag_default_runtime(facts, planned)  # what k3s passes to its base after the next start
     # the base k3s renders for this node after the next start, worked out once: the template check, the release's own

@@ -22,6 +22,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _bookkeeping as bookkeeping
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_reading as node_reading
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _template_check as template_check
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd._types import EditPlan, FileChange, Rendered, Verdict
@@ -42,7 +43,7 @@ def render(facts: NodeFacts, plan: EditPlan, params: Mapping[str, Any], own_file
     nothing is written then."""
     target = plan.target
     in_template = target["mode"] == planner.MODE_TEMPLATE
-    current = plan.normalized if plan.normalized is not None and in_template else _text_of(facts, target["key"])
+    current = plan.normalized if plan.normalized is not None and in_template else node_reading.config_text(facts, target["key"])
     # a template is checked whole right after (_check_rendered), composed with the base it really gets
     applied = toml.edit_target(current, plan, target["path"], in_template, facts.profile,
                                checked_after=in_template and facts.distribution != distro.CONTAINERD)
@@ -121,11 +122,6 @@ def _inherited_result(inherited):
         return None
     return {"runtime": inherited["name"], "default_runtime": inherited.get("default"), "fallback": inherited.get("fallback"),
             "keys": sorted(inherited["keys"]), "options": sorted(inherited["options"])}
-
-
-def _text_of(facts, key):
-    info = facts.files.get(key) or {}
-    return info.get("content") if info.get("state") == "file" else None
 
 
 def node_labels(plan: EditPlan) -> List[str]:
@@ -232,28 +228,25 @@ def _cgroup_driver_mismatch(facts, plan, after):
             default, str(wanted).lower())]
 
 
-_TEMPLATES = ("template_v3", "template_v2")
-
-
 def _earlier_file_changes(facts, plan):
     """Our tables taken out of the files this module wrote for an earlier release or layout."""
     target = plan.target
     out = []
-    for key in release_rules.OWN_DROPINS + _TEMPLATES:
+    for key in release_rules.OWN_DROPINS + bookkeeping.TEMPLATE_KEYS:
         if key == target["key"] or key not in facts.files:
             continue
         other = facts.files[key]
         text = other.get("content")
         if other.get("state") != "file" or text is None:
             continue
-        if key in _TEMPLATES and not text.startswith(toml.MANAGED_HEADER):
+        if key in bookkeeping.TEMPLATE_KEYS and not text.startswith(toml.MANAGED_HEADER):
             continue
         # a file this module wrote for an earlier release or layout: take our tables out of it
         remove = tuple(sorted(set(plan.written_names) | {n for n, _b in distro.NVIDIA_RUNTIMES}))
         cleanup = plan.replaced(state="absent", remove=remove, target=dict(
-            target, mode=planner.MODE_TEMPLATE if key in _TEMPLATES else planner.MODE_DROPIN,
+            target, mode=planner.MODE_TEMPLATE if key in bookkeeping.TEMPLATE_KEYS else planner.MODE_DROPIN,
             schema=3 if key.endswith("v3") else target["schema"] if key == "dropin" else 2))
-        cleaned = toml.apply_plan(text, cleanup, other["path"], key in _TEMPLATES, facts.profile, created_by_us=True)
+        cleaned = toml.apply_plan(text, cleanup, other["path"], key in bookkeeping.TEMPLATE_KEYS, facts.profile, created_by_us=True)
         out.append(file_change(facts, key, other["path"], cleaned, "earlier file"))
     return out
 
