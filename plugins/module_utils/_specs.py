@@ -156,3 +156,18 @@ GPU_DOCTOR_SPEC = dict(
 def refuse_outside_action(message, argument_spec, required_if=None):
     """The main() of a module that documents an action plugin: the arguments checked, then the refusal."""
     AnsibleModule(argument_spec=argument_spec, required_if=required_if, supports_check_mode=True).fail_json(msg=message)
+
+
+# k3s_gpu.nvidia.gpu_device_holders: procfs is the host's even for a sandbox root, so proc is not under root
+GPU_DEVICE_HOLDERS_SPEC = dict(
+    root=dict(type="path", default="/"),
+    proc=dict(type="path", default="/proc"),
+)
+
+GPU_ROLLOUT_SPEC = dict(
+    phase=dict(type="str", required=True, choices=["classify", "drain", "prove", "plan"]),
+    probe=dict(type="dict", default={}),
+    resume=dict(type="bool", default=False),
+    reason=dict(type="str", default=""),
+    clusters=dict(type="list", elements="dict", default=[]),
+)

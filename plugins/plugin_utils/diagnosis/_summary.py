@@ -14,9 +14,42 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import guar
 _LISTS = ("runtimes_detected", "handlers", "written", "rendered_by_release", "operator_runtimes", "pending")
 
 
-def row(host, result, check_mode=False):
-    """The summary row of one host; `result` is its gpu_node_result (None: the role never reached it)."""
+def rollout_entry(disruption, planned=None, failure=None):
+    """What the rollout says of one host: its changes and whether they disrupt (gpu_node__disruption), its wave
+    (k3s_gpu__rollout's entry) and the failure its rescue kept; None when the role classified nothing there."""
+    if not isinstance(disruption, dict) or "disruptive" not in disruption:
+        return None
+    planned = planned if isinstance(planned, dict) else {}
+    return {"disruptive": bool(disruption.get("disruptive")), "reason": disruption.get("reason") or "",
+            "changes": [dict((k, c.get(k)) for k in ("change", "disruptive")) for c in disruption.get("changes") or []],
+            "drain": bool(disruption.get("drain")), "wave": planned.get("wave"), "canary": bool(planned.get("canary")),
+            "failure": guarded(str(failure)) if failure else None}
+
+
+RESTART_CHANGE = "containerd config and a k3s/rke2 restart"
+
+
+def _rollout_part(rollout, files_changed=False):
+    """What the line says of the rollout; files_changed: the run changed (or would change) the node's files, whose
+    restart is not disruptive."""
+    changes = [c["change"] for c in (rollout or {}).get("changes") or []]
+    if files_changed and RESTART_CHANGE not in changes:
+        changes.append(RESTART_CHANGE)
+    if not rollout or not changes:
+        return None
+    if not rollout["disruptive"]:
+        return "not disruptive (%s)" % ", ".join(changes)
+    where = ("wave %s%s" % (rollout["wave"], ", canary" if rollout["canary"] else "")) if rollout["wave"] else ""
+    how = "drained" if rollout["drain"] else "NOT DRAINED"
+    return "DISRUPTIVE: %s (%s)" % (rollout["reason"], ", ".join(part for part in (where, how) if part))
+
+
+def row(host, result, check_mode=False, rollout=None):
+    """The summary row of one host; `result` is its gpu_node_result (None: the role never reached it); rollout: its
+    rollout_entry()."""
     result = result if isinstance(result, dict) else {}
+    if rollout and rollout.get("failure"):
+        result = dict(result, failed=True, msg=rollout["failure"])
     failed = bool(result.get("failed")) or "status" not in result
     status = ("failed" if result.get("failed") else "failed or unreachable") if failed else result["status"]
     # host_changed: set by the restart handler, whose own `changed` is the restart
@@ -33,7 +66,7 @@ def row(host, result, check_mode=False):
         "files": [{"path": f.get("node_path") or f.get("path"), "action": f.get("action")} for f in result.get("files") or []],
         # what this run did to the host's files, or would do (check mode); and a change the service has not read yet
         "changed": changed and not check_mode, "would_change": changed and check_mode,
-        "restart_needed": changed and not restarted,
+        "restart_needed": changed and not restarted, "rollout": rollout,
     }
     for key in _LISTS:
         entry[key] = list(result.get(key) or [])
@@ -64,6 +97,9 @@ def _restart(entry, check_mode):
 def line(entry, check_mode=False):
     """One line per host that never contradicts itself (only what the row says, each fact once)."""
     parts = ["%s: %s" % (entry["host"], entry["status"]) + (" (%s)" % entry["reason"] if entry["reason"] else "")]
+    rollout = _rollout_part(entry.get("rollout"), bool(entry["changed"] or entry["would_change"]))
+    if rollout:
+        parts.append(rollout)
     if entry["distribution"]:
         parts.append("%s %s" % (entry["distribution"], entry["release"]))
     if entry["status"] == "absent":
@@ -143,16 +179,18 @@ def cluster_line(entry, check_mode=False):
     return " | ".join(parts)
 
 
-def summarize(results, check_mode=False, clusters=()):
+def summarize(results, check_mode=False, clusters=(), rollouts=None):
     """{"hosts": [rows], "clusters": [rows], "lines": [lines], "counts": {status: n, "changed", "would_change",
-    "restart_needed", ...}}."""
-    rows = [row(host, result, check_mode) for host, result in results]
+    "restart_needed", "disruptive", ...}}. rollouts: {host: rollout_entry()}."""
+    rollouts = rollouts or {}
+    rows = [row(host, result, check_mode, rollouts.get(host)) for host, result in results]
     counts = {}
     for entry in rows:
         counts[entry["status"]] = counts.get(entry["status"], 0) + 1
         for flag in ("changed", "would_change", "restart_needed", "reboot_required"):
             counts[flag] = counts.get(flag, 0) + int(bool(entry[flag]))
         counts["cgroup_driver_mismatch"] = counts.get("cgroup_driver_mismatch", 0) + int(bool(entry["cgroup_driver_mismatch"]))
+        counts["disruptive"] = counts.get("disruptive", 0) + int(bool((entry["rollout"] or {}).get("disruptive")))
     cluster_rows = [cluster_row(result, check_mode) for result in clusters or ()]
     counts["clusters_changed"] = sum(1 for c in cluster_rows if c["changed"] or c["would_change"])
     counts["clusters_failed"] = sum(1 for c in cluster_rows if c["status"] == "failed")

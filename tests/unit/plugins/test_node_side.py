@@ -23,7 +23,7 @@ MODULE_UTILS = COLLECTION + ".plugins.module_utils"
 STUB_REFUSAL = "runs through its action plugin"
 
 # The modules that run on a node. A new one belongs here, with every module_util it imports.
-NODE_SIDE_MODULES = ("node_files", "runtime_info")
+NODE_SIDE_MODULES = ("gpu_device_holders", "node_files", "runtime_info")
 
 
 def _parse(path):

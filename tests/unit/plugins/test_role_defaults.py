@@ -51,6 +51,11 @@ DOCUMENTED = {
     "gpu_node_device_plugin_device_discovery_strategy": "", "gpu_node_device_plugin_mig_strategy": "none",
     "gpu_node_device_plugin_gfd": False, "gpu_node_device_plugin_image_registry": "", "gpu_node_gpu_sharing": {},
     "gpu_node_device_plugin_configs": {}, "gpu_node_device_plugin_config": "",
+    # the safe rollout (issue 43)
+    "gpu_node_kubeconfig": "", "gpu_node_kubernetes_node": "", "gpu_node_drain": "auto", "gpu_node_drain_scope": "gpu_pods",
+    "gpu_node_drain_timeout_seconds": 600, "gpu_node_prove_timeout_seconds": 600,
+    "gpu_node_prove_image": "docker.io/library/ubuntu:24.04", "gpu_node_prove_runtimeclass": "nvidia",
+    "gpu_node_max_unavailable": "1", "gpu_node_disruptive_change": "",
 }
 
 

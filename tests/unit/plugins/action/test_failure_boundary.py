@@ -114,6 +114,9 @@ ALLOWED = {
     "plugins/plugin_utils/diagnosis/_doctor_phase.py:diagnose":
         "a fallback: no labels; the doctor's plan refuses the same settings and reports that",
     "plugins/plugin_utils/diagnosis/_doctor_phase.py:_doctor_plan": "the role's refusal is a finding of the doctor's report",
+    "plugins/plugin_utils/diagnosis/_rollout_plan.py:_cluster_nodes":
+        "a fallback: a cluster the plan cannot read is batched without its Nodes, and the plan says so",
+    "plugins/plugin_utils/diagnosis/_rollout_step.py:drain": "uncordons the node as it was, then raises the refusal again",
 }
 # what renders a failed result: the ending, the role's failed result, the boundary itself
 _RENDERERS = ("ended", "failed", "render_failure", "failed_result")

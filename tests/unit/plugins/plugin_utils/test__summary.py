@@ -33,7 +33,7 @@ def test_check_mode_says_would_change_and_restart_needed():
     assert "RESTART NEEDED (check mode)" in text and "default runtime nvidia (config_yaml)" in text
     assert "1 node labels" in text
     assert report["counts"] == {"configured": 1, "changed": 0, "would_change": 1, "restart_needed": 1,
-                                "reboot_required": 0, "cgroup_driver_mismatch": 0,
+                                "reboot_required": 0, "cgroup_driver_mismatch": 0, "disruptive": 0,
                                 "clusters_changed": 0, "clusters_failed": 0}
 
 
