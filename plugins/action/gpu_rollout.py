@@ -48,8 +48,8 @@ class ActionModule(SpecAction):
             rollout_plan.cluster_of(settings, host), settings["node"])
         if phase == "drain":
             result.update(step.drain(args["reason"], settings["drain_scope"], settings["drain_timeout_seconds"],
-                                     settings["root"]))
-            result["changed"] = True  # cordoned (or would be): the prove handler runs
+                                     settings["root"], rollout_plan.runs_kubernetes(task_vars, template)))
+            result["changed"] = result["drained"]  # cordoned (or would be): the prove handler runs
             return result
         result.update(step.prove(settings["prove_timeout_seconds"], settings["prove_image"],
                                  settings["prove_runtimeclass"], rollout_plan.expects_gpu(task_vars, template, settings)))

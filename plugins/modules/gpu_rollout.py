@@ -88,7 +88,7 @@ evicted:
   type: list
   elements: str
 line:
-  description: V(prove) - C(<node> / <class>: OK | <nvidia-smi -L>), or what there was to prove.
+  description: "V(prove) - C(<node> / <class>: OK | <nvidia-smi -L>), or what there was to prove."
   returned: phase is prove
   type: str
 waves:

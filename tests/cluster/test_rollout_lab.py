@@ -204,6 +204,24 @@ def test_a_budget_holds_the_drain_until_its_timeout_then_it_proceeds_once_satisf
     remove_workload(lab)
 
 
+def test_a_process_that_keeps_a_gpu_device_holds_the_drain_and_is_named(lab, tmp_path):
+    """A process outside the pods the drain evicts (here one on the host, as a CUDA job started by hand would be) holds
+    /dev/nvidia0: the drain waits for it, then fails naming it, and the node is uncordoned as it was."""
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nf = open(sys.argv[1])\ntime.sleep(600)",
+                               lab.node_root + "/dev/nvidia0"])
+    marker = str(tmp_path / "changed")
+    try:
+        rc, output = change(lab, ["touch", marker], gpu_node_drain_timeout_seconds=10)
+    finally:
+        holder.kill()
+        holder.wait(10)
+    print("\na: a host process holding /dev/nvidia0: rc %d" % rc)
+    assert rc != 0, output[-3000:]
+    assert re.search(r"processes still hold its GPUs: a host process \(pid %d, python[0-9.]*\) holds .*/dev/nvidia0"
+                     % holder.pid, output), output[-3000:]
+    assert not os.path.exists(marker) and node(lab) == {"unschedulable": False, "record": None}
+
+
 # ---- b ---------------------------------------------------------------------------------------------------------------
 
 def test_b_the_node_is_cordoned_during_the_change_proved_and_uncordoned_and_a_second_pass_cordons_nothing(lab, tmp_path):
@@ -376,3 +394,27 @@ def test_e_a_containerd_config_change_drains_nothing_and_the_gpu_pods_survive_th
           % (len(ids), sorted(ids)))
     remove_workload(lab)
     assert GPUS >= 2
+
+
+# ---- check mode ------------------------------------------------------------------------------------------------------
+
+def test_check_mode_lists_the_node_and_the_pods_it_would_evict_and_changes_nothing(lab):
+    pods = workload(lab, min_available=1)
+    extra = settings(lab, gpu_node_disruptive_change="TEST DOUBLE of a driver upgrade")
+    with NodeWatch(lab) as watch:
+        rc, output = site_check(lab, extra)
+    assert rc == 0, output[-4000:]
+    would = re.search(r"lab-node: would cordon node lab-node \(TEST DOUBLE of a driver upgrade\) and evict ([^\n\"]*)", output)
+    print("\ncheck mode: %s" % (would.group(0) if would else output[-2000:]))
+    assert would and sorted(would.group(1).split(", ")) == sorted("%s/%s" % (NAMESPACE, name) for name in pods), output[-3000:]
+    assert "lab-node: would prove the node with a GPU pod and uncordon it" in output
+    assert watch.seen and not any(watch.seen), "check mode cordoned the node"
+    assert running(lab, 2) == pods and node(lab) == {"unschedulable": False, "record": None}
+    remove_workload(lab)
+
+
+def site_check(lab, extra):
+    """k3s_gpu.nvidia.site --check on the lab."""
+    argv = [PLAYBOOK_BIN, "-i", clusterlab.path("inventory.yml"), "k3s_gpu.nvidia.site", "--check", "-e", json.dumps(extra)]
+    proc = subprocess.run(argv, env=clusterlab.ansible_env(), capture_output=True, text=True, timeout=900, check=False)
+    return proc.returncode, proc.stdout + proc.stderr

@@ -139,7 +139,7 @@ def node_reports(hosts, host_vars, read_node_vars):
     host_vars(host): what tasks registered on the host (gpu_node_result from the role in this run, or the runtimeclasses playbook's
     reading); read_node_vars(host): its gpu_node_mode and gpu_node_driver_install, converted (where its gpu_node_result
     does not have them in its settings). A host whose role step
-    failed, or that has no reading at all (unreachable), makes the picture incomplete; a host the role left alone (no
+    failed, was deferred to the rollout play, or has no reading at all (unreachable), makes the picture incomplete; a host the role left alone (no
     GPU) is not a GPU node. A host with neither (the gpu_operator playbook on its own) counts with its mode only."""
     nodes = []
     complete = True
@@ -148,7 +148,8 @@ def node_reports(hosts, host_vars, read_node_vars):
         result = seen.get("gpu_node_result")
         reading = seen.get(READING_VAR)
         if isinstance(result, dict) and result:
-            if result.get("failed") or result.get("unreachable"):
+            # deferred: k3s_gpu.nvidia.site changes it later, in its rollout play; its handlers are not known yet
+            if result.get("failed") or result.get("unreachable") or result.get("deferred"):
                 complete = False
                 continue
             if result.get("status", "configured") != "configured":

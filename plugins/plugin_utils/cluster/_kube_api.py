@@ -64,7 +64,7 @@ class Cluster:
                 return None
             reason = ""
             try:
-                reason = json.loads(exc.body or "{}").get("message") or ""
+                reason = (json.loads(exc.body or "{}").get("message") or "").rstrip(".")
             except (TypeError, ValueError):
                 pass
             raise Refused("%s: the API server answered %s %s%s" % (what, exc.status, exc.reason or "",

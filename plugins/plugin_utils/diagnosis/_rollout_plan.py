@@ -71,8 +71,14 @@ def classify(task_vars: Mapping[str, Any], template: Callable[[Any], Any], setti
                                      configure_due=bool(registered.get("configure_due") or registered.get("changed")),
                                      cdi_due=bool(registered.get("cdi_due")), resume=args["resume"])
     decided = disruption.drain_decision(host, classified, settings["drain"], settings["kubeconfig"],
-                                        runs_kubernetes=bool(facts.get("units")) or not state, check_mode=check_mode)
+                                        runs_kubernetes=runs_kubernetes(task_vars, template), check_mode=check_mode)
     return dict(classified, **decided, node=settings["node"])
+
+
+def runs_kubernetes(task_vars: Mapping[str, Any], template: Callable[[Any], Any]) -> bool:
+    """Whether the host runs k3s/rke2 by the host step's reading (its units); True when the step did not read it."""
+    state = _host_state(task_vars, template)
+    return bool((state.get("facts") or {}).get("units")) or not state
 
 
 def expects_gpu(task_vars: Mapping[str, Any], template: Callable[[Any], Any], settings: Mapping[str, Any]) -> bool:

@@ -81,14 +81,20 @@ class RolloutStep:
         self.cluster.patch_node(self.node_name, rollout.uncordon_patch(node))
 
     # ---- drain ------------------------------------------------------------------------------------------------------
-    def drain(self, reason: str, scope: str, timeout: int, root: str) -> Dict[str, Any]:
-        """Cordon, evict, wait for the devices; {cordoned, evicted, kept, waited_seconds, resumed}."""
+    def drain(self, reason: str, scope: str, timeout: int, root: str, runs_kubernetes: bool = True) -> Dict[str, Any]:
+        """Cordon, evict, wait for the devices; {cordoned, evicted, kept, waited_seconds, resumed, drained}. A node that
+        is not in the cluster and runs no k3s/rke2 (a new node getting its first driver) has nothing to drain."""
+        if not runs_kubernetes and self.cluster.node(self.node_name) is None:
+            self.task.display.display("%s: the cluster has no Node named %s and the host runs no k3s/rke2: nothing to "
+                                      "drain" % (self.task.host, self.node_name))
+            return {"node": self.node_name, "drained": False, "evicted": []}
         node = self.node()
         record = rollout.annotation_of(node)
         self._resumed = bool(record)
         pods = self.cluster.pods_on(self.node_name)
         chosen = rollout.to_evict(pods, scope)
-        outcome = {"node": self.node_name, "resumed": bool(record), "cordoned": not rollout.unschedulable(node),
+        outcome = {"node": self.node_name, "drained": True, "resumed": bool(record),
+                   "cordoned": not rollout.unschedulable(node),
                    "was_cordoned": rollout.cordoned_by_others(node) or bool(record and record.get("was_cordoned")),
                    "evicted": [rollout.pod_key(pod) for pod in chosen],
                    "kept": ["%s (%s)" % (rollout.pod_key(pod), rollout.kept(pod)) for pod in pods if rollout.kept(pod)
@@ -174,12 +180,12 @@ class RolloutStep:
         """Wait until the node is back, run the GPU pod, uncordon; {proved, line, uncordoned, left_cordoned}."""
         node = self.node()
         record = rollout.annotation_of(node)
+        if self.task.check_mode:  # the drain cordoned nothing in check mode
+            return {"node": self.node_name, "proved": False, "uncordoned": False,
+                    "line": "%s: would prove the node with a GPU pod and uncordon it" % self.task.host}
         if record is None:
             return {"node": self.node_name, "proved": False, "uncordoned": False,
                     "line": "%s: not cordoned by the collection: nothing to prove" % self.node_name}
-        if self.task.check_mode:
-            return {"node": self.node_name, "proved": False, "uncordoned": False,
-                    "line": "%s: would prove the node with a GPU pod and uncordon it" % self.node_name}
         reason = record.get("reason") or ""
         deadline = self.task.clock() + timeout
         while True:
