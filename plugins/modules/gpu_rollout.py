@@ -53,8 +53,6 @@ options:
     type: list
     elements: dict
     default: []
-author:
-  - k3s_gpu.nvidia contributors
 """
 
 EXAMPLES = r"""
