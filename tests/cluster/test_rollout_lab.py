@@ -260,6 +260,7 @@ def two_node_inventory(lab, tmp_path):
     """The lab's node and a second node of the same cluster, converged already (its tree a copy of the first's after
     site ran): the rollout's second wave. The cluster has no Node of that name: touching it would fail."""
     second = str(tmp_path / "lab-node-b")
+
     def sockets(folder, names):  # the lab's containerd sockets under the node's /run
         return [name for name in names if stat.S_ISSOCK(os.lstat(os.path.join(folder, name)).st_mode)]
     shutil.copytree(lab.node_root, second, symlinks=True, ignore=sockets)

@@ -67,8 +67,8 @@ class Cluster:
                 reason = (json.loads(exc.body or "{}").get("message") or "").rstrip(".")
             except (TypeError, ValueError):
                 pass
-            raise Refused("%s: the API server answered %s %s%s" % (what, exc.status, exc.reason or "",
-                                                                      ": %s" % reason if reason else ""), exc.status)
+            said = ": %s" % reason if reason else ""
+            raise Refused("%s: the API server answered %s %s%s" % (what, exc.status, exc.reason or "", said), exc.status)
         except (TypeError, ValueError) as exc:  # the client's own check of an object (pydantic in newer clients)
             raise K3sGpuError("%s: the Python kubernetes client refused the object: %s" % (what, str(exc).splitlines()[0]))
         except OSError as exc:  # urllib3's connection errors are OSErrors

@@ -166,8 +166,7 @@ def _resources(pod: Mapping[str, Any]) -> Iterable[str]:
     for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
         resources = container.get("resources") or {}
         for part in ("limits", "requests"):
-            for name in resources.get(part) or {}:
-                yield name
+            yield from resources.get(part) or {}
 
 
 def uses_gpu(pod: Mapping[str, Any]) -> bool:
@@ -228,8 +227,8 @@ def holder_lines(holders: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[st
     lines = []
     for holder in holders:
         owner = by_uid.get(holder.get("pod_uid")) or ("pod %s" % holder["pod_uid"] if holder.get("pod_uid") else "a host process")
-        lines.append("%s (pid %s, %s) holds %s" % (owner, holder.get("pid"), holder.get("command"),
-                                                     ", ".join(holder.get("devices") or []) or "an NVIDIA device"))
+        held = ", ".join(holder.get("devices") or []) or "an NVIDIA device"
+        lines.append("%s (pid %s, %s) holds %s" % (owner, holder.get("pid"), holder.get("command"), held))
     return lines
 
 
@@ -244,11 +243,12 @@ def prove_pod(node: str, namespace: str, image: str, runtimeclass: str, smoke_co
     """The GPU pod that proves the node before it is uncordoned: verify's smoke pod, pinned to the node by the scheduler
     and tolerating the cordon (node.kubernetes.io/unschedulable) it is there to lift."""
     name = re.sub("[^a-z0-9-]", "-", ("prove-%s" % node).lower())[:63].rstrip("-")
+    terms = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+    on_node = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace,
                          "labels": dict(MANAGED_BY, **{"k3s-gpu.nvidia/prove": "true"})},
-            "spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}},
+            "spec": {"affinity": on_node,
                      "runtimeClassName": runtimeclass, "restartPolicy": "Never",
                      "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
                                      {"key": "node.kubernetes.io/unschedulable", "operator": "Exists",

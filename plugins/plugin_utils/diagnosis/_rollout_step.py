@@ -69,8 +69,8 @@ class RolloutStep:
     def node(self) -> Dict[str, Any]:
         found = self.cluster.node(self.node_name)
         if found is None:
-            raise K3sGpuError("%s: the cluster of %s has no Node named %s" % (self.task.host, self.cluster.kubeconfig,
-                                                                           self.node_name),
+            raise K3sGpuError("%s: the cluster of %s has no Node named %s"
+                              % (self.task.host, self.cluster.kubeconfig, self.node_name),
                               fix="set gpu_node_kubernetes_node to the node's name in the cluster (kubectl get nodes)")
         return found
 
@@ -141,8 +141,8 @@ class RolloutStep:
             if waiting:
                 if self.task.clock() >= deadline:
                     raise K3sGpuError("%s: node %s was not drained: %s" % (
-                        self.task.host, self.node_name, "; ".join("%s: %s" % (key, refused.get(key, "not evicted"))
-                                                                  for key in sorted(waiting))),
+                        self.task.host, self.node_name,
+                        "; ".join("%s: %s" % (key, refused.get(key, "not evicted")) for key in sorted(waiting))),
                         fix=self._drain_fix())
                 self.task.sleep(BUDGET_RETRY_SECONDS)
         gone = set(chosen and [rollout.pod_key(pod) for pod in chosen])
@@ -253,5 +253,3 @@ class RolloutStep:
         self._record(node, "failed", reason, cause, layer)
         raise K3sGpuError("%s: node %s stays cordoned: BROKEN at %s: %s" % (self.task.host, self.node_name, layer, cause),
                           fix="%s; then run the playbook again: it proves the node and uncordons it" % fix.rstrip("."))
-
-

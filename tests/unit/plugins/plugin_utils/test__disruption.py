@@ -109,8 +109,7 @@ UPGRADE = disruption.classify(INSTALL, LOADED, UPGRADE_PROBE, "if_needed")
 NOT_DISRUPTIVE = disruption.classify({}, LOADED, {}, "never", toolkit_due=True)
 
 
-@pytest.mark.parametrize("drain, kubeconfig, runs", [("auto", "", True), ("auto", "/k.yaml", True),
-                                                      ("never", "", True)])
+@pytest.mark.parametrize("drain, kubeconfig, runs", [("auto", "", True), ("auto", "/k.yaml", True), ("never", "", True)])
 def test_a_change_that_does_not_disrupt_drains_nothing(drain, kubeconfig, runs):
     assert disruption.drain_decision("gpu1", NOT_DISRUPTIVE, drain, kubeconfig, runs) == {"drain": False, "note": ""}
 

@@ -44,13 +44,13 @@ class FakeCluster:
     kubeconfig = "/fake/kubeconfig"
 
     def __init__(self, nodes, pods=(), protected=(), lingering=(), forbidden=(), prove_phase="Succeeded", prove_exit=0,
-                 prove_log=GPU_LOG):
+                 prove_log=None):
         self.nodes = dict((found["metadata"]["name"], copy.deepcopy(found)) for found in nodes)
         self.pods = dict((rollout.pod_key(found), copy.deepcopy(found)) for found in pods)
         # protected: a budget refuses their eviction (429); lingering: evicted, but they do not end;
         # forbidden: the kubeconfig's user may not evict them (403)
         self.protected, self.lingering, self.forbidden = set(protected), set(lingering), set(forbidden)
-        self.prove_phase, self.prove_exit, self.prove_log = prove_phase, prove_exit, list(prove_log)
+        self.prove_phase, self.prove_exit, self.prove_log = prove_phase, prove_exit, list(GPU_LOG if prove_log is None else prove_log)
         self.calls = []
 
     def called(self, name):
@@ -199,7 +199,7 @@ def test_a_drain_cordons_with_the_annotation_and_evicts_only_the_gpu_pods():
     record = record_on(cluster)
     assert (record["state"], record["reason"], record["was_cordoned"]) == ("changing", REASON, False)
     # the first patch cordons, as draining, before anything is evicted
-    order = [call for call, _ in cluster.calls if call in ("patch_node", "evict")]
+    order = [call for call, _args in cluster.calls if call in ("patch_node", "evict")]
     assert order == ["patch_node", "evict", "evict", "patch_node"]
     first = cluster.called("patch_node")[0][1]
     assert first["spec"] == {"unschedulable": True}
@@ -217,7 +217,7 @@ def test_a_drain_with_scope_all_evicts_every_pod_it_may_move():
 
 def test_a_pod_its_budget_protects_is_asked_again_until_the_timeout_then_the_node_is_uncordoned():
     cluster = FakeCluster([node()], PODS, protected={"ml/train"})
-    rolling, clock, _ = step(cluster)
+    rolling, clock, _display = step(cluster)
     with pytest.raises(K3sGpuError) as raised:
         rolling.drain(REASON, rollout.SCOPE_GPU_PODS, 30, "/")
     assert "node gpu1 was not drained" in raised.value.cause and "ml/train" in raised.value.cause
@@ -240,7 +240,7 @@ def test_an_evicted_pod_that_does_not_end_times_out_and_the_node_is_uncordoned()
 
 def test_an_eviction_the_api_forbids_fails_at_once_and_the_node_is_uncordoned():
     cluster = FakeCluster([node()], PODS, forbidden={"ai/infer"})
-    rolling, clock, _ = step(cluster)
+    rolling, clock, _display = step(cluster)
     with pytest.raises(Refused, match="403"):
         rolling.drain(REASON, rollout.SCOPE_GPU_PODS, 300, "/")
     assert clock.now == 0 and cluster.called("evict") == ["ai/infer"]
@@ -260,7 +260,7 @@ def test_a_drain_waits_for_the_holders_to_go():
     gone_later = [{"pid": 42, "command": "python3", "pod_uid": None, "devices": ["/dev/nvidia0"]}]
     holders = Holders(gone_later, gone_later, [])
     cluster = FakeCluster([node()], PODS)
-    rolling, clock, _ = step(cluster, holders=holders)
+    rolling, clock, _display = step(cluster, holders=holders)
     found = rolling.drain(REASON, rollout.SCOPE_GPU_PODS, 300, "/")
     assert len(holders.calls) == 3 and clock.now == 2 * rollout_step.POLL_SECONDS
     assert found["waited_seconds"] == 4.0 and record_on(cluster)["state"] == "changing"
@@ -281,7 +281,9 @@ def test_holders_that_never_go_time_out_naming_the_holder_and_the_node_is_uncord
 
 def test_a_failing_holders_module_fails_the_drain_and_uncordons():
     cluster = FakeCluster([node()], [])
-    failing = lambda name, args: {"failed": True, "msg": "cannot list /proc"}  # noqa: E731
+
+    def failing(name, args):
+        return {"failed": True, "msg": "cannot list /proc"}
     with pytest.raises(K3sGpuError, match="cannot list /proc"):
         step(cluster, holders=failing)[0].drain(REASON, rollout.SCOPE_GPU_PODS, 20, "/")
     assert "unschedulable" not in cluster.nodes[NODE]["spec"] and record_on(cluster) is None
@@ -290,7 +292,7 @@ def test_a_failing_holders_module_fails_the_drain_and_uncordons():
 def test_check_mode_patches_nothing_and_evicts_nothing_but_says_what_it_would_evict():
     cluster = FakeCluster([node()], PODS)
     holders = Holders()
-    rolling, _, display = step(cluster, check_mode=True, holders=holders)
+    rolling, _clock, display = step(cluster, check_mode=True, holders=holders)
     found = rolling.drain(REASON, rollout.SCOPE_GPU_PODS, 300, "/")
     assert found["evicted"] == ["ai/infer", "ml/train"]
     assert cluster.called("patch_node") == [] and cluster.called("evict") == [] and holders.calls == []
@@ -365,7 +367,7 @@ def test_a_gpu_pod_that_fails_leaves_the_node_cordoned_with_the_layer_on_its_ann
 
 def test_a_node_that_does_not_come_back_stays_cordoned():
     cluster = FakeCluster([changing(ready=False)])
-    rolling, clock, _ = step(cluster)
+    rolling, clock, _display = step(cluster)
     with pytest.raises(K3sGpuError, match="stays cordoned: BROKEN at node: the node is not Ready"):
         rolling.prove(30, "busybox", "nvidia", expect_gpu=True)
     assert clock.now >= 30 and cluster.called("create_pod") == []
@@ -374,7 +376,7 @@ def test_a_node_that_does_not_come_back_stays_cordoned():
 
 def test_a_gpu_pod_that_never_ends_fails_the_node_at_the_deadline_and_it_stays_cordoned():
     cluster = FakeCluster([changing()], prove_phase="Pending")
-    rolling, clock, _ = step(cluster)
+    rolling, clock, _display = step(cluster)
     with pytest.raises(K3sGpuError, match="stays cordoned: BROKEN at pod: the GPU pod did not end in time"):
         rolling.prove(60, "busybox", "nvidia", expect_gpu=True)
     assert clock.now >= 60 and cluster.pods == {}
