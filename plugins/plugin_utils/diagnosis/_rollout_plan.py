@@ -30,17 +30,21 @@ SETTINGS = ("gpu_node_kubeconfig", "gpu_node_kubernetes_node", "gpu_node_drain",
 # the kubeconfig the verify playbook uses, when the role's own is not set
 SHARED_KUBECONFIG = "k3s_gpu_kubeconfig"
 DISRUPTION_FACT = "gpu_node__disruption"
+SHARED_NODE_NAME = "k3s_gpu_node_name"
 
 
 def settings_of(task_vars: Mapping[str, Any], template: Callable[[Any], Any], host: str,
                 environment_kubeconfig: str = "") -> Dict[str, Any]:
     """The rollout's settings of one host, converted by the role's argument spec; kubeconfig: gpu_node_kubeconfig,
-    else k3s_gpu_kubeconfig, else K8S_AUTH_KUBECONFIG; node: gpu_node_kubernetes_node, else the inventory name."""
+    else k3s_gpu_kubeconfig, else K8S_AUTH_KUBECONFIG; node: gpu_node_kubernetes_node, else k3s_gpu_node_name (the
+    doctor's), else the inventory name."""
     settings = role_vars.read(task_vars, template, SETTINGS, where=host)
     kubeconfig = settings["kubeconfig"] or (template(task_vars[SHARED_KUBECONFIG]) if SHARED_KUBECONFIG in task_vars
                                             else "") or environment_kubeconfig
     settings["kubeconfig"] = os.path.expanduser(str(kubeconfig)) if kubeconfig else ""
-    settings["node"] = settings["kubernetes_node"] or host
+    # the doctor's name for the host's node (k3s_gpu_node_name) when the role's own is not set
+    shared_name = template(task_vars[SHARED_NODE_NAME]) if SHARED_NODE_NAME in task_vars else ""
+    settings["node"] = settings["kubernetes_node"] or (str(shared_name) if shared_name else "") or host
     return settings
 
 
