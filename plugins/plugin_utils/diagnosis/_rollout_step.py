@@ -91,6 +91,8 @@ class RolloutStep:
         node = self.node()
         record = rollout.annotation_of(node)
         self._resumed = bool(record)
+        if record and record.get("reason"):
+            reason = record["reason"]  # finishing a stopped run: its change, not "finish the rollout"
         pods = self.cluster.pods_on(self.node_name)
         chosen = rollout.to_evict(pods, scope)
         outcome = {"node": self.node_name, "drained": True, "resumed": bool(record),
