@@ -21,9 +21,9 @@ import os
 import re
 import stat
 
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._detect import NVIDIA_CHAR_MAJOR
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, shown
 
-NVIDIA_MAJOR = 195  # nvidia0.., nvidiactl, nvidia-modeset: fixed by the driver; the others are dynamic
 # kubelet's pod cgroup: /kubepods/besteffort/pod<uid> (cgroupfs) or kubepods-besteffort-pod<uid with _>.slice
 # (systemd); a static pod's uid is a hash without dashes
 _POD = re.compile(r"(?:^|[/-])pod([0-9a-f]+(?:[-_][0-9a-f]+)*)(?:\.slice)?(?=/|$)")
@@ -35,7 +35,8 @@ _GONE = (errno.ENOENT, errno.ESRCH)
 def parse_majors(text):
     """The NVIDIA character majors: 195, plus every nvidia* name of /proc/devices' "Character devices:" list
     (nvidia-uvm, nvidia-caps, nvidia-nvswitch... are given a free major at module load)."""
-    majors, in_char = {NVIDIA_MAJOR}, False
+    # NVIDIA_CHAR_MAJOR (nvidia<N>, nvidiactl, nvidia-modeset) is fixed by the driver; the others are dynamic
+    majors, in_char = {NVIDIA_CHAR_MAJOR}, False
     for line in text.splitlines():
         line = line.strip()
         if line.endswith(":"):

@@ -167,7 +167,9 @@ GPU_DEVICE_HOLDERS_SPEC = dict(
 GPU_ROLLOUT_SPEC = dict(
     phase=dict(type="str", required=True, choices=["classify", "drain", "prove", "plan"]),
     probe=dict(type="dict", default={}),
+    removal_probe=dict(type="dict", default={}),
     resume=dict(type="bool", default=False),
+    defer=dict(type="bool", default=False),
     reason=dict(type="str", default=""),
     clusters=dict(type="list", elements="dict", default=[]),
 )

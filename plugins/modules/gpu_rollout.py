@@ -40,8 +40,18 @@ options:
     description: V(classify) - the result of the driver's package step run in check mode (empty when it did not run).
     type: dict
     default: {}
+  removal_probe:
+    description: V(classify) - the result of the driver's removal run in check mode (empty when it did not run).
+    type: dict
+    default: {}
   resume:
     description: V(classify) - the node carries the annotation of a stopped run (the plan found it).
+    type: bool
+    default: false
+  defer:
+    description:
+      - V(classify) - leave a disruptive change to the rollout play of k3s_gpu.nvidia.site (its first pass sets it);
+        the result says RV(deferred).
     type: bool
     default: false
   reason:
@@ -76,6 +86,10 @@ changes:
   returned: phase is classify
   type: list
   elements: dict
+deferred:
+  description: V(classify) - the node's change is left to the rollout play of k3s_gpu.nvidia.site.
+  returned: phase is classify
+  type: bool
 drain:
   description: V(classify) - whether the role cordons and drains the node before its change.
   returned: phase is classify

@@ -40,7 +40,7 @@ import time
 import pytest
 
 from . import clusterlab
-from .test_cluster_lab import GPUS, LINES, Lab, host_snapshot
+from .test_cluster_lab import LINES, Lab, host_snapshot
 
 ROOT = clusterlab.ROOT
 CHANGE_PLAYBOOK = os.path.join(ROOT, "tests", "cluster", "playbooks", "rollout_change.yml")
@@ -314,8 +314,7 @@ def test_c_site_stops_at_the_canary_that_fails_and_leaves_the_next_wave_untouche
         assert re.search(r"wave 1: lab-node \(default, canary\)", output), output[-4000:]
         assert re.search(r"wave 2: lab-node-b \(default\)", output), output[-4000:]
         row = re.search(r'"(lab-node: failed \([^"]*)"', output)
-        assert row and "stays cordoned: BROKEN at toolkit" in row.group(1) and "Fix: " not in row.group(1)[:0], \
-            output[-4000:]
+        assert row and "stays cordoned: BROKEN at toolkit" in row.group(1), output[-4000:]
         print("c: %s" % row.group(1)[:300])
         assert "The rollout stopped at the first node that failed" in output
         state = node(lab)
@@ -394,7 +393,6 @@ def test_e_a_containerd_config_change_drains_nothing_and_the_gpu_pods_survive_th
     print("e: %d GPU pods kept their containers %s through the restart; a pod ran through the new handler"
           % (len(ids), sorted(ids)))
     remove_workload(lab)
-    assert GPUS >= 2
 
 
 # ---- check mode ------------------------------------------------------------------------------------------------------

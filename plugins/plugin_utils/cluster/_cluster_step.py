@@ -27,6 +27,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _dev
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _runtimeclasses as runtimeclasses
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _rollout as rollout
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_reading as node_reading
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
@@ -149,7 +150,8 @@ def node_reports(hosts, host_vars, read_node_vars):
         reading = seen.get(READING_VAR)
         if isinstance(result, dict) and result:
             # deferred: k3s_gpu.nvidia.site changes it later, in its rollout play; its handlers are not known yet
-            if result.get("failed") or result.get("unreachable") or result.get("deferred"):
+            deferred = (seen.get(rollout.DISRUPTION_FACT) or {}).get("deferred")
+            if result.get("failed") or result.get("unreachable") or deferred:
                 complete = False
                 continue
             if result.get("status", "configured") != "configured":

@@ -24,6 +24,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 
 ANNOTATION = "k3s-gpu.nvidia/rollout"
+# what the role registers of its classification (role tasks/drain.yml): the cluster step and the plan read it
+DISRUPTION_FACT = "gpu_node__disruption"
 MANAGER = "k3s_gpu.nvidia"
 MANAGED_BY = {"app.kubernetes.io/managed-by": MANAGER}
 SCOPE_GPU_PODS = "gpu_pods"
@@ -237,23 +239,3 @@ def eviction(pod: Mapping[str, Any]) -> Dict[str, Any]:
     metadata = pod.get("metadata") or {}
     return {"apiVersion": "policy/v1", "kind": "Eviction",
             "metadata": {"name": metadata.get("name"), "namespace": metadata.get("namespace")}}
-
-
-def prove_pod(node: str, namespace: str, image: str, runtimeclass: str, smoke_command: Sequence[str]) -> Dict[str, Any]:
-    """The GPU pod that proves the node before it is uncordoned: verify's smoke pod, pinned to the node by the scheduler
-    and tolerating the cordon (node.kubernetes.io/unschedulable) it is there to lift."""
-    name = re.sub("[^a-z0-9-]", "-", ("prove-%s" % node).lower())[:63].rstrip("-")
-    terms = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
-    on_node = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace,
-                         "labels": dict(MANAGED_BY, **{"k3s-gpu.nvidia/prove": "true"})},
-            "spec": {"affinity": on_node,
-                     "runtimeClassName": runtimeclass, "restartPolicy": "Never",
-                     "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
-                                     {"key": "node.kubernetes.io/unschedulable", "operator": "Exists",
-                                      "effect": "NoSchedule"}],
-                     "automountServiceAccountToken": False, "terminationGracePeriodSeconds": 1,
-                     "containers": [{"name": "prove", "image": image, "command": list(smoke_command),
-                                     "env": [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}],
-                                     "resources": {"limits": {GPU_RESOURCE: "1"}}}]}}

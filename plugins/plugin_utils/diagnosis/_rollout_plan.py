@@ -29,7 +29,6 @@ SETTINGS = ("gpu_node_kubeconfig", "gpu_node_kubernetes_node", "gpu_node_drain",
             "gpu_node_driver_reboot", "gpu_node_state")
 # the kubeconfig the verify playbook uses, when the role's own is not set
 SHARED_KUBECONFIG = "k3s_gpu_kubeconfig"
-DISRUPTION_FACT = "gpu_node__disruption"
 SHARED_NODE_NAME = "k3s_gpu_node_name"
 
 
@@ -66,17 +65,17 @@ def classify(task_vars: Mapping[str, Any], template: Callable[[Any], Any], setti
     facts, plan = state.get("facts") or {}, state.get("plan") or {}
     mode = plan.get("mode") or {}
     registered = template(task_vars.get("gpu_node_result") or {}) or {}
-    if settings["state"] == "absent" and mode.get("remove_driver") is None:
-        mode = dict(mode, remove_driver=False)
     classified = disruption.classify(mode, facts.get("driver") or {}, args.get("probe") or {}, settings["driver_reboot"],
                                      declared=settings["disruptive_change"],
                                      toolkit_due=bool(mode.get("install_toolkit")),
                                      # a sandbox's host step wrote its containerd files already (changed)
                                      configure_due=bool(registered.get("configure_due") or registered.get("changed")),
-                                     cdi_due=bool(registered.get("cdi_due")), resume=args["resume"])
+                                     cdi_due=bool(registered.get("cdi_due")), resume=args["resume"],
+                                     removal_probe=args["removal_probe"])
     decided = disruption.drain_decision(host, classified, settings["drain"], settings["kubeconfig"],
                                         runs_kubernetes=runs_kubernetes(task_vars, template), check_mode=check_mode)
-    return dict(classified, **decided, node=settings["node"])
+    # k3s_gpu.nvidia.site's first pass leaves a disruptive node to its rollout play
+    return dict(classified, **decided, node=settings["node"], deferred=bool(classified["disruptive"] and args["defer"]))
 
 
 def runs_kubernetes(task_vars: Mapping[str, Any], template: Callable[[Any], Any]) -> bool:
@@ -117,7 +116,7 @@ def plan(clusters: Sequence[Mapping[str, Any]], hostvars: Mapping[str, Any], tem
         if host not in hostvars:
             continue
         found = role_vars.registered(hostvars, host)
-        classified = found.get(DISRUPTION_FACT) or {}
+        classified = found.get(rollout.DISRUPTION_FACT) or {}
         settings = settings_of(hostvars[host], template, host, environment_kubeconfig)
         node = None
         if settings["kubeconfig"] and settings["drain"] != disruption.DRAIN_NEVER:

@@ -21,6 +21,7 @@ PRIVATE to the collection. Controller side."""
 
 from __future__ import annotations
 
+import re
 import time
 
 from dataclasses import dataclass
@@ -39,6 +40,20 @@ HOLDERS_MODULE = "k3s_gpu.nvidia.gpu_device_holders"
 PROVE_NAMESPACE = "k3s-gpu-rollout"
 FIX_DRAIN = ("let the pods go (their PodDisruptionBudgets, or their processes outside Kubernetes), raise "
              "gpu_node_drain_timeout_seconds, or drain the node yourself and set gpu_node_drain: never")
+
+
+def prove_pod(node: str, namespace: str, image: str, runtimeclass: str) -> Dict[str, Any]:
+    """The GPU pod that proves the node before it is uncordoned: verify's smoke pod for the node and class, named for
+    the rollout, marked as the collection's own (a drain keeps it), tolerating the cordon it is there to lift. Its GPU
+    limit is the API's quantity text: the Python client checks the type, kubernetes.core (verify's path) does not."""
+    pod = verify.smoke_pods({"pairs": [[node, runtimeclass]]}, namespace, image)[0]
+    pod["metadata"].update(name=re.sub("[^a-z0-9-]", "-", ("prove-%s" % node).lower())[:63].rstrip("-"),
+                           labels=dict(rollout.MANAGED_BY, **{"k3s-gpu.nvidia/prove": "true"}))
+    pod["spec"]["tolerations"].append({"key": "node.kubernetes.io/unschedulable", "operator": "Exists",
+                                       "effect": "NoSchedule"})
+    for container in pod["spec"]["containers"]:
+        container["resources"]["limits"] = dict((key, str(value)) for key, value in container["resources"]["limits"].items())
+    return pod
 
 
 def now_text() -> str:
@@ -209,7 +224,7 @@ class RolloutStep:
         return {"node": self.node_name, "proved": True, "uncordoned": not left, "left_cordoned": left, "line": line}
 
     def _gpu_pod(self, node: Mapping[str, Any], reason: str, deadline: float, image: str, runtimeclass: str) -> str:
-        pod = rollout.prove_pod(self.node_name, PROVE_NAMESPACE, image, runtimeclass, verify.SMOKE_COMMAND)
+        pod = prove_pod(self.node_name, PROVE_NAMESPACE, image, runtimeclass)
         name = pod["metadata"]["name"]
         self.cluster.ensure_namespace(PROVE_NAMESPACE)
         self.cluster.delete_pod(PROVE_NAMESPACE, name)

@@ -10,6 +10,7 @@ PRIVATE to the collection."""
 from __future__ import annotations
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import guarded
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _disruption as disruption
 
 _LISTS = ("runtimes_detected", "handlers", "written", "rendered_by_release", "operator_runtimes", "pending")
 
@@ -26,15 +27,12 @@ def rollout_entry(disruption, planned=None, failure=None):
             "failure": guarded(str(failure)) if failure else None}
 
 
-RESTART_CHANGE = "containerd config and a k3s/rke2 restart"
-
-
 def _rollout_part(rollout, files_changed=False):
     """What the line says of the rollout; files_changed: the run changed (or would change) the node's files, whose
     restart is not disruptive."""
     changes = [c["change"] for c in (rollout or {}).get("changes") or []]
-    if files_changed and RESTART_CHANGE not in changes:
-        changes.append(RESTART_CHANGE)
+    if files_changed and disruption.RESTART_CHANGE not in changes:
+        changes.append(disruption.RESTART_CHANGE)
     if not rollout or not changes:
         return None
     if not rollout["disruptive"]:

@@ -32,13 +32,18 @@ def _change(what: str, disruptive: bool, why: str) -> Dict[str, Any]:
     return {"change": what, "disruptive": disruptive, "why": why}
 
 
+def _probed(probe: Mapping[str, Any], *signs: str) -> bool:
+    """Whether gpu_node_packages, run in check mode, would change packages (a skipped or missing run: no)."""
+    return bool(probe) and not probe.get("skipped") and any(probe.get(sign) for sign in signs)
+
+
 def _driver_change(mode: Mapping[str, Any], driver: Mapping[str, Any], probe: Mapping[str, Any],
-                   reboot_policy: str) -> Optional[Dict[str, Any]]:
-    """The driver change the package manager announced in check mode (probe: gpu_node_packages' result), or None."""
-    if mode.get("remove_driver") and (driver.get("loaded") or driver.get("installed", True)):
+                   reboot_policy: str, removal_probe: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+    """The driver change the package manager announced in check mode (probe: the install's result; removal_probe:
+    the removal's), or None: a second absent run, whose packages are gone, changes nothing and drains nothing."""
+    if mode.get("remove_driver") and _probed(removal_probe, "packages_changed"):
         return _change("driver removal", True, "the driver's libraries leave the node under the GPU pods that use them")
-    if not probe or probe.get("skipped") or not (probe.get("packages_changed") or probe.get("unseen")
-                                                 or probe.get("driver_changed")):
+    if not _probed(probe, "packages_changed", "unseen", "driver_changed"):
         return None
     loaded = driver.get("version") if driver.get("loaded") else None
     what = "driver upgrade from %s" % loaded if loaded else "driver install"
@@ -53,14 +58,15 @@ def _driver_change(mode: Mapping[str, Any], driver: Mapping[str, Any], probe: Ma
 
 def classify(mode: Mapping[str, Any], driver: Mapping[str, Any], probe: Mapping[str, Any], reboot_policy: str,
              declared: str = "", toolkit_due: bool = False, configure_due: bool = False, cdi_due: bool = False,
-             resume: bool = False) -> Dict[str, Any]:
+             resume: bool = False, removal_probe: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """{"disruptive", "reason", "changes": [{change, disruptive, why}]} for one node.
 
     mode: the host step's plan (install_driver, remove_driver, ...); driver: the driver the node has ({loaded,
-    version}); probe: the driver's package step run in check mode (or {} when it did not run); declared: a change the
+    version}); probe, removal_probe: the driver's package step (install, removal) run in check mode ({} when it did not
+    run); declared: a change the
     user names as disruptive; resume: a killed run left the node cordoned with the collection's annotation."""
     changes: List[Dict[str, Any]] = []
-    driver_change = _driver_change(mode, driver or {}, probe or {}, reboot_policy)
+    driver_change = _driver_change(mode, driver or {}, probe or {}, reboot_policy, removal_probe or {})
     if driver_change:
         changes.append(driver_change)
     if declared:

@@ -347,6 +347,7 @@ class PackageStep:
                 outcome["files_removed"].append(release_rules.NOUVEAU_BLACKLIST)
                 self.rebuild_initramfs(family)
         if plan["kind"] == packages.DRIVER and outcome["packages_changed"]:
-            self.task.display.display("%s: the NVIDIA driver packages are removed; a loaded nvidia kernel module stays "
-                                      "until the next reboot." % self.task.host)
+            self.task.display.display("%s: the NVIDIA driver packages %s removed; a loaded nvidia kernel module stays "
+                                      "until the next reboot." % (self.task.host,
+                                                                  "would be" if self.task.check_mode else "are"))
         return outcome

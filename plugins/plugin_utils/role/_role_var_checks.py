@@ -25,6 +25,7 @@ from ansible.module_utils.parsing.convert_bool import BOOLEANS
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, shown
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _rollout as rollout
 
 # how a no_log variable's value is written in a refusal: not at all
 HIDDEN = "its value (not shown)"
@@ -64,6 +65,9 @@ def kind(value):
     if isinstance(value, Mapping):
         return "a dictionary"
     return None
+
+
+ROLLOUT_SECONDS = ("gpu_node_drain_timeout_seconds", "gpu_node_prove_timeout_seconds")
 
 
 def _refusal(name, option, value, problem, fix):
@@ -241,6 +245,19 @@ def after_conversion(name, option, value):
             return "%s; %s" % (exc.cause, TEXT_HINTS[name])
     if name == "gpu_node_proxy_env":
         return environment(name, value)
+    if name == "gpu_node_max_unavailable":  # checked here, before any host is changed, not when the batches are made
+        return batch_size(value)
+    if name in ROLLOUT_SECONDS and value < 1:
+        return _refusal(name, option, value, "is not a number of seconds", "set it to 1 or more")
+    return None
+
+
+def batch_size(value):
+    """The refusal of a gpu_node_max_unavailable that is neither a count nor a percentage (None when it is one)."""
+    try:
+        rollout.batch_size(value, 1)
+    except K3sGpuError as exc:
+        return exc.text()
     return None
 
 

@@ -106,6 +106,8 @@ ALLOWED = {
         "the engine's refusal as one refusal text in the role's variable names, collected with the other variables'",
     "plugins/plugin_utils/role/_role_var_checks.py:after_conversion":
         "the runtime name's refusal as one refusal text with the variable's hint, collected with the others",
+    "plugins/plugin_utils/role/_role_var_checks.py:batch_size":
+        "the batch size's refusal as one refusal text, collected with the other variables'",
     "plugins/plugin_utils/role/_host_step.py:device_plugin_labels": "raised again within the host (exc.within)",
     "plugins/plugin_utils/cluster/_runtimeclasses.py:_check_cluster": "raised again within cluster.release (exc.within)",
     "plugins/plugin_utils/cluster/_cluster_phases.py:_skip_if_unchanged":

@@ -110,6 +110,16 @@ def test_node_reports_from_the_role_and_from_a_reading():
                       "driver_install": False, "cdi_enabled": False, "cdi_spec": False, "config": ""}]
 
 
+def test_a_node_left_to_the_rollout_play_makes_the_picture_incomplete():
+    """site's first pass: a disruptive node ends its role before its handlers are known; the cluster step of that pass
+    must not take its missing handlers for none (it would remove what the node still serves)."""
+    result = {"status": "configured", "handlers": [], "gpu_operator": False}
+    nodes, complete = reports({"gpu1": {"gpu_node_result": result, "gpu_node__disruption": {"deferred": True}}})
+    assert (nodes, complete) == ([], False)
+    nodes, complete = reports({"gpu1": {"gpu_node_result": result, "gpu_node__disruption": {"deferred": False}}})
+    assert complete is True and [n["host"] for n in nodes] == ["gpu1"]
+
+
 # the drop-in the collection writes for a handler the release does not render (containerd 2, config version 3)
 DROPIN = """version = 3
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes."nvidia-cdi"]

@@ -60,15 +60,17 @@ def test_nothing_due_is_no_change_at_all():
     assert classify() == {"disruptive": False, "reason": "", "changes": []}
 
 
-@pytest.mark.parametrize("driver", [LOADED, {}, {"loaded": False, "installed": True}],
-                         ids=["loaded", "unknown", "installed"])
-def test_a_driver_removal_is_disruptive(driver):
-    found = classify({"remove_driver": True}, driver)
+@pytest.mark.parametrize("driver", [LOADED, {}, {"loaded": False}], ids=["loaded", "unknown", "not-loaded"])
+def test_a_driver_removal_the_package_manager_would_make_is_disruptive(driver):
+    found = classify({"remove_driver": True}, driver, removal_probe={"packages_changed": True})
     assert found["disruptive"] is True and found["reason"] == "driver removal"
 
 
-def test_removing_a_driver_the_node_does_not_have_is_no_change():
-    assert classify({"remove_driver": True}, {"loaded": False, "installed": False})["disruptive"] is False
+@pytest.mark.parametrize("removal_probe", [{}, {"packages_changed": False}, {"skipped": True, "packages_changed": True}],
+                         ids=["no-probe", "packages-gone", "skipped"])
+def test_removing_a_driver_whose_packages_are_gone_is_no_change(removal_probe):
+    """A second gpu_node_state=absent run: the packages are removed already, so nothing is drained again."""
+    assert classify({"remove_driver": True}, LOADED, removal_probe=removal_probe)["disruptive"] is False
 
 
 def test_a_declared_change_is_disruptive():

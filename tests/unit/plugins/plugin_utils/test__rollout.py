@@ -288,30 +288,6 @@ def test_an_eviction_names_the_pod():
                                          "metadata": {"name": "train", "namespace": "ml"}}
 
 
-# ---- the pod that proves a node --------------------------------------------------------------------------------------
-
-def test_the_prove_pod_tolerates_the_cordon_and_asks_for_one_gpu_under_the_runtimeclass():
-    found = rollout.prove_pod("GPU_Node.1", "k3s-gpu-rollout", "busybox:1.36", "nvidia-cdi", ["sh", "-c", "true"])
-    spec = found["spec"]
-    assert found["metadata"]["name"] == "prove-gpu-node-1" and found["metadata"]["namespace"] == "k3s-gpu-rollout"
-    assert found["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "k3s_gpu.nvidia"
-    assert rollout.kept(found) == "the collection's own pod"
-    assert {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
-    assert spec["runtimeClassName"] == "nvidia-cdi" and spec["restartPolicy"] == "Never"
-    [container] = spec["containers"]
-    # one GPU, as a count or the API's quantity text
-    assert list(container["resources"]) == ["limits"]
-    assert dict((k, str(v)) for k, v in container["resources"]["limits"].items()) == {"nvidia.com/gpu": "1"}
-    assert container["image"] == "busybox:1.36" and container["command"] == ["sh", "-c", "true"]
-    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["GPU_Node.1"]}]}]
-
-
-def test_the_prove_pods_name_is_a_valid_pod_name_for_a_long_node_name():
-    name = rollout.prove_pod("n" * 80 + "-x", "ns", "i", "nvidia", [])["metadata"]["name"]
-    assert len(name) <= 63 and not name.endswith("-")
-
-
 # A static pod's processes run in the cgroup of the static pod's own UID, the hash that its mirror pod carries in the
 # kubernetes.io/config.mirror annotation; the mirror pod the API lists has another, API-assigned metadata.uid
 # (kubelet's config/common.go; the gpu_device_holders module reads the hash from the cgroup: module_utils/_holders).

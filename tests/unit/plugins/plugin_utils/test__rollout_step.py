@@ -17,6 +17,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sG
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _rollout as rollout
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster._kube_api import Refused
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _rollout_step as rollout_step
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _verify as verify
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis._rollout_step import RolloutStep, RolloutTask
 
 NODE = "gpu1"
@@ -411,3 +412,27 @@ def test_prove_in_check_mode_changes_nothing():
     found = step(cluster, check_mode=True)[0].prove(300, "busybox", "nvidia", expect_gpu=True)
     assert found["proved"] is False and found["line"].startswith("gpu1: would prove")
     assert cluster.called("patch_node") == [] and cluster.called("create_pod") == []
+
+
+# ---- the pod that proves a node --------------------------------------------------------------------------------------
+
+def test_the_prove_pod_tolerates_the_cordon_and_asks_for_one_gpu_under_the_runtimeclass():
+    found = rollout_step.prove_pod("GPU_Node.1", "k3s-gpu-rollout", "busybox:1.36", "nvidia-cdi")
+    spec = found["spec"]
+    assert found["metadata"]["name"] == "prove-gpu-node-1" and found["metadata"]["namespace"] == "k3s-gpu-rollout"
+    assert found["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "k3s_gpu.nvidia"
+    assert rollout.kept(found) == "the collection's own pod"
+    assert {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    assert spec["runtimeClassName"] == "nvidia-cdi" and spec["restartPolicy"] == "Never"
+    [container] = spec["containers"]
+    # one GPU, as a count or the API's quantity text
+    assert list(container["resources"]) == ["limits"]
+    assert dict((k, str(v)) for k, v in container["resources"]["limits"].items()) == {"nvidia.com/gpu": "1"}
+    assert container["image"] == "busybox:1.36" and container["command"] == verify.SMOKE_COMMAND
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["GPU_Node.1"]}]}]
+
+
+def test_the_prove_pods_name_is_a_valid_pod_name_for_a_long_node_name():
+    name = rollout_step.prove_pod("n" * 80 + "-x", "ns", "i", "nvidia")["metadata"]["name"]
+    assert len(name) <= 63 and not name.endswith("-")
