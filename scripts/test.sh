@@ -29,8 +29,8 @@ declare -A STAGE_DESC=(
     [sanity]="ansible-test sanity 2.19/py3.11 and 2.21/py3.12; compile+import on py3.8"
     [integration]="ansible-test integration 2.19/py3.11"
     [conformance]="real containerd 1.6/1.7/2.1 (Debian) and 2.2/2.3 (built): config dump, CRI, pods; nvidia-ctk; Helm"
-    [kubernetes]="the cluster lab (scripts/cluster-lab.sh): real kube-apiserver and kubelet, the seed's GPU pod"
-    [kubernetes-1.34]="the cluster lab's tests on the older Kubernetes line (1.34; not in the default run)"
+    [kubernetes]="the cluster lab (scripts/cluster-lab.sh): real kube-apiserver and kubelet, the seed's GPU pod on k3s and rke2 nodes"
+    [kubernetes-1.34]="the cluster lab's tests on the older Kubernetes line (1.34, k3s and rke2; not in the default run)"
     [molecule]="molecule scenarios of the gpu_node role (extensions/molecule)"
 )
 
@@ -228,7 +228,7 @@ cluster_lab_tests() {
         containerd-2.2 nvidia-container-toolkit
     apt_ensure containernetworking-plugins openssl
     kubernetes_core_ensure "$VENV/bin/python" "$ROOT/.tmp/extra-collections"
-    check "pytest tests/cluster (Kubernetes $lines, strategies envvar and cdi-cri)" \
+    check "pytest tests/cluster (Kubernetes $lines, k3s and rke2 nodes, strategies envvar and cdi-cri)" \
         env PYTHONPATH="$COLL_PATH" K3S_GPU_LAB_KUBERNETES="$lines" "$VENV/bin/python" -m pytest tests/cluster -q -s \
         -p no:cacheprovider
     checks_result

@@ -7,6 +7,7 @@
 
     scripts/cluster-lab.sh up [--kubernetes 1.34|1.36] [--release R] [--gpus N] [--strategy envvar|cdi-cri]
                               [--node-root DIR]
+    scripts/cluster-lab.sh up --release v1.36.3+rke2r1    (an rke2 node: its paths, base and RuntimeClasses)
     scripts/cluster-lab.sh down | status
 
 Everything runs from binaries the tests build from the Go module proxy (tests/testbins.py): kine on
@@ -15,16 +16,18 @@ chosen Kubernetes line, the containerd line the release embeds, NVIDIA's real ru
 (nvidia-container-runtime, .cdi, .legacy) as the handlers' BinaryName, and a device plugin TEST DOUBLE
 (tests/device_plugin_testdouble) that speaks kubelet's real v1beta1 API for fake character devices.
 
-containerd's config is what the node gets for the release: the collection's own module
-(k3s_gpu.nvidia.containerd_runtimes, run by ansible-playbook) writes its drop-in or template on a
-sandbox node root where NVIDIA's binaries are installed, and the release's base is composed with it as
-k3s does (tests/conformance/cases.compose_node). The lab then adds only what this machine needs
+containerd's config is what the node gets for the release (a k3s or an rke2 release: the release's suffix
+says which): the collection's own module (k3s_gpu.nvidia.containerd_runtimes, run by ansible-playbook) writes
+its drop-in or template on a sandbox node root of that distribution (/var/lib/rancher/k3s or .../rke2) where
+NVIDIA's binaries are installed, and the release's base is composed with it as k3s or rke2 does
+(tests/conformance/cases.compose_node; rke2 runs k3s's agent code, with its own paths and header). The lab then adds only what this machine needs
 (tests/conformance/lab.apply_lab_overrides: no CAP_SYS_RESOURCE, no systemd; plus its private CDI spec
 dir) and prints them.
 
 Faked, because it cannot run here: the GPU (fake devices made with mknod, major 195 as NVIDIA's), the
-k3s binary (its template step, its RuntimeClass manifest and its --node-labels are done by the lab as
-k3s does them), and NVIDIA's device plugin (the test double). The NVIDIA runtime runs in its `cdi`
+k3s/rke2 binary (its template step, the RuntimeClasses it ships and its --node-labels are done by the lab as
+k3s or rke2 does them: k3s's runtimes.yaml as plain objects, rke2's rke2-runtimeclasses chart as objects its
+Helm release owns), and NVIDIA's device plugin (the test double). The NVIDIA runtime runs in its `cdi`
 mode from a private config file (NVIDIA_CTK_CONFIG_FILE_PATH, never /etc): its legacy mode needs
 libnvidia-container and a driver. The driver's user-space in the CDI spec is two test doubles: an
 nvidia-smi script that answers -L for the devices the container got, and a libnvidia-ml.so.1 that is a
@@ -79,9 +82,14 @@ RUN_DIRS = ("/run/containerd", "/run/netns")
 DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 PORTS = {"kine": 23790, "kube-apiserver": 26443, "kube-controller-manager": 20257, "kube-scheduler": 20259,
          "kubelet": 20250, "kubelet-healthz": 20248}
-# the Kubernetes line -> its build and the default k3s release (the same minor; 1.34.6 is the first of its line
-# with containerd 2.2 and drop-ins)
-KUBERNETES = {"1.34": ("kubernetes-v1.34", "v1.34.6+k3s1"), "1.36": ("kubernetes-v1.36", "v1.36.3+k3s1")}
+# the Kubernetes line -> its build and the default k3s and rke2 releases (the same minor; 1.34.6 is the first of its
+# line with containerd 2.2 and drop-ins; 1.36.2 the first with 2.3)
+KUBERNETES = {"1.34": ("kubernetes-v1.34", {"k3s": "v1.34.6+k3s1", "rke2": "v1.34.6+rke2r1"}),
+              "1.36": ("kubernetes-v1.36", {"k3s": "v1.36.3+k3s1", "rke2": "v1.36.3+rke2r1"})}
+DEFAULT_KUBERNETES = "1.36"
+# what rke2's rke2-runtimeclasses chart leaves on its objects: Helm's ownership (helm-controller installs the chart as
+# release rke2-runtimeclasses in kube-system); k3s's deploy controller applies runtimes.yaml as plain objects
+RKE2_RUNTIMECLASS_CHART = "rke2-runtimeclasses"
 NVIDIA_BINARIES = ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy")
 NVIDIA_MAJOR = 195  # the character major of /dev/nvidia<N> (NVIDIA's driver)
 CDI_KIND = "nvidia.com/gpu"
@@ -512,12 +520,39 @@ def kubectl(state, *args, stdin=None, check=True):
 
 
 # ------------------------------------------------------------------ the node
+def distribution_of(release):
+    """k3s or rke2, by the release's suffix (+k3sN, +rke2rN); the refusal names the form."""
+    for distribution in (distro.K3S, distro.RKE2):
+        with contextlib.suppress(Exception):
+            distro.parse_release(distribution, release)
+            if "+" in release:
+                return distribution
+    raise LabError("--release %s: expected a k3s or rke2 release such as v1.36.3+k3s1 or v1.36.3+rke2r1" % release)
+
+
+def check_node_root(node_root, distribution):
+    """A converged node tree of the release's distribution: its data or config dir is there, the other one's is not."""
+    own = distro.distribution_paths(distribution)
+    other_distribution = distro.RKE2 if distribution == distro.K3S else distro.K3S
+    other = distro.distribution_paths(other_distribution)
+    has_own = any(os.path.isdir(node_root + own[key]) for key in ("data_dir", "config_yaml_d"))
+    has_other = any(os.path.isdir(node_root + other[key]) for key in ("data_dir", "config_yaml_d"))
+    if has_other and not has_own:
+        raise LabError("--node-root %s is a %s node (it has %s) but the release is %s's: pass a %s release with "
+                       "--release, or a node the role converged for %s" % (node_root, other_distribution, other["data_dir"],
+                                                                           distribution, other_distribution, distribution))
+    if not has_own:
+        raise LabError("--node-root %s has neither %s nor %s: not a %s node the gpu_node role converged"
+                       % (node_root, own["data_dir"], own["config_yaml_d"], distribution))
+
+
 def sandbox_node(state, release, toolkit_bin, node_root=None):
     """The node as the collection sees it: NVIDIA's binaries installed, then the collection's module run. With
     node_root (a node the gpu_node role converged, its binaries NVIDIA's real ones), a copy of that node instead:
     the lab writes its own keys into the copy's drop-in, never into the caller's tree."""
     node = path("node")
-    paths = distro.distribution_paths(distro.K3S)
+    distribution = state["distribution"]
+    paths = distro.distribution_paths(distribution)
     if node_root:
         shutil.copytree(node_root, node, symlinks=True)
         os.makedirs(node + "/cni/bin", exist_ok=True)
@@ -545,7 +580,7 @@ def sandbox_node(state, release, toolkit_bin, node_root=None):
                 - name: Write what the release lacks
                   k3s_gpu.nvidia.containerd_runtimes:
                     root: "{root}"
-                    distribution: k3s
+                    distribution: {distribution}
                     release: "{release}"
                     handler_labels: true
                     node_labels: ["nvidia.com/gpu.present=true"]
@@ -553,7 +588,7 @@ def sandbox_node(state, release, toolkit_bin, node_root=None):
                 - name: Show it
                   ansible.builtin.debug:
                     var: written
-            """).format(root=node, release=release))
+            """).format(root=node, release=release, distribution=distribution))
     env = ansible_env()
     playbook_bin = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
     proc = subprocess.run([playbook_bin, "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable,
@@ -567,13 +602,14 @@ def sandbox_node(state, release, toolkit_bin, node_root=None):
 
 
 def _compose_node(state, node, release, paths):
-    """k3s's start-up step on the node: its config.toml composed from the release's base and what is on the node."""
+    """k3s's (rke2's) start-up step on the node: its config.toml composed from the release's base and what is on the
+    node."""
     binaries = ["/usr/bin/" + name for name in NVIDIA_BINARIES if os.path.exists(node + "/usr/bin/" + name)]
     # k3s writes the composed config.toml into the node's containerd dir at each start: so does the lab, so that
     # what the collection reads on the node afterwards (the loaded config) is what the node would have
-    loaded = cases.start_node(node, distro.K3S, release, binaries)
+    loaded = cases.start_node(node, state["distribution"], release, binaries)
     labels = node_labels_of(node, paths)
-    state["node"] = {"root": node, "schema": loaded.schema, "labels": labels,
+    state["node"] = {"root": node, "schema": loaded.schema, "labels": labels, "config": paths["config"],
                      "dropin": loaded.dropin[0] if loaded.dropin else None,
                      "runtimes": runtimes_of(loaded)}
     return loaded
@@ -631,13 +667,21 @@ def ansible_env():
 
 
 def write_inventory(state):
-    """The lab node as an inventory: a k3s server with a GPU, its sandbox root and the lab's kubeconfig."""
-    inventory = {"all": {
-        "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-                 "gpu_node_root": state["node"]["root"], "gpu_node_distribution": "k3s",
-                 "gpu_node_release": state["release"], "runtimeclasses_method": "api",
-                 "runtimeclasses_kubeconfig": path("kubeconfig"), "k3s_gpu_kubeconfig": path("kubeconfig")},
-        "children": {"server": {"hosts": {NODE_NAME: {}}}}}}
+    """The lab node as an inventory: a server with a GPU, its sandbox root and the lab's kubeconfig. A k3s node in
+    the collection's own variables (k3s-ansible's `server` group); an rke2 node as rke2-ansible lays out its
+    inventory (rke2_cluster > rke2_servers, the release in rke2_install_version), with only what
+    docs/inventories.md says to add (k3s_gpu_servers), so that the collection's reading of that inventory is tested."""
+    common = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+              "gpu_node_root": state["node"]["root"], "runtimeclasses_method": "api",
+              "runtimeclasses_kubeconfig": path("kubeconfig"), "k3s_gpu_kubeconfig": path("kubeconfig")}
+    if state["distribution"] == distro.RKE2:
+        inventory = {"all": {"vars": dict(common, k3s_gpu_servers="rke2_servers"), "children": {"rke2_cluster": {
+            "vars": {"rke2_install_version": state["release"]},
+            "children": {"rke2_servers": {"hosts": {NODE_NAME: {}}}, "rke2_agents": {"hosts": {}}}}}}}
+    else:
+        inventory = {"all": {
+            "vars": dict(common, gpu_node_distribution="k3s", gpu_node_release=state["release"]),
+            "children": {"server": {"hosts": {NODE_NAME: {}}}}}}
     with open(path("inventory.yml"), "w", encoding="utf-8") as handle:
         json.dump(inventory, handle, indent=2)
     return path("inventory.yml")
@@ -939,6 +983,8 @@ def cni_config(node):
 
 # ------------------------------------------------------------------ up
 def up(minor, release, gpus, strategy, node_root=None):  # pylint: disable=too-many-locals,too-many-statements
+    """Start the lab. minor: the Kubernetes line (None: the release's own line, else 1.36); release: a k3s or rke2
+    release (None: the line's k3s release)."""
     stale = read_state()
     if stale is not None:
         running = [name for name, record in stale.get("processes", {}).items() if _alive(record)]
@@ -956,9 +1002,15 @@ def up(minor, release, gpus, strategy, node_root=None):  # pylint: disable=too-m
         down(quiet=True)
     check_free()
     started = time.monotonic()
-    build_key, default_release = KUBERNETES[minor]
-    release = release or default_release
-    profile = distro.profile(distro.K3S, release)
+    distribution = distribution_of(release) if release else distro.K3S
+    if minor is None:
+        release_line = ".".join(release.lstrip("v").split(".")[:2]) if release else None
+        minor = release_line if release_line in KUBERNETES else DEFAULT_KUBERNETES
+    build_key, default_releases = KUBERNETES[minor]
+    release = release or default_releases[distribution]
+    if node_root:
+        check_node_root(node_root, distribution)
+    profile = distro.profile(distribution, release)
     line_key = {"2.2": "containerd-2.2", "2.3": "containerd-2.3"}.get(profile["containerd"])
     if line_key is None:
         raise LabError("--release %s embeds containerd %s; the lab runs the 2.2 and 2.3 lines (k3s/rke2 1.33.10+)"
@@ -976,7 +1028,8 @@ def up(minor, release, gpus, strategy, node_root=None):  # pylint: disable=too-m
     os.makedirs(LAB_DIR, mode=0o700)
     for sub in ("logs", "containerd", "nvidia", "kine", "kubelet", "pod-logs", "opt"):
         os.makedirs(path(sub))
-    state = {"lab_dir": LAB_DIR, "kubernetes": minor, "release": release, "gpus": gpus, "strategy": strategy,
+    state = {"lab_dir": LAB_DIR, "kubernetes": minor, "release": release, "distribution": distribution, "gpus": gpus,
+             "strategy": strategy,
              "node_root": node_root,
              "binaries": binaries, "processes": {}, "containerd_line": line_key,
              "containerd_socket": path("containerd", "c.sock"),
@@ -993,7 +1046,7 @@ def up(minor, release, gpus, strategy, node_root=None):  # pylint: disable=too-m
         if os.path.isdir(base) and os.path.ismount(base):
             os.makedirs(os.path.join(base, CGROUP_NAME), exist_ok=True)
 
-    # the node: the collection's module on a sandbox root, composed as k3s composes it
+    # the node: the collection's module on a sandbox root, composed as k3s (rke2) composes it
     loaded = sandbox_node(state, release, toolkit_bin, node_root)
     cni_config(state["node"]["root"])
     config_path = containerd_config(state, loaded)
@@ -1051,7 +1104,7 @@ def up(minor, release, gpus, strategy, node_root=None):  # pylint: disable=too-m
         "--secure-port=%d" % PORTS["kube-scheduler"], "--leader-elect=false", "--cert-dir=%s/scheduler-certs" % pki,
     ])
 
-    # kubelet, with the labels the collection wrote for k3s to pass (k3s passes node-label as --node-labels)
+    # kubelet, with the labels the collection wrote for k3s/rke2 to pass (they pass node-label as --node-labels)
     kubelet_cfg = kubelet_config(state, minor)
     labels = state["node"]["labels"]
     start(state, "kubelet", [
@@ -1078,11 +1131,14 @@ def up(minor, release, gpus, strategy, node_root=None):  # pylint: disable=too-m
     state["up_seconds"] = round(time.monotonic() - started, 1)
     state["ready"] = True
     write_state(state)
-    log("cluster lab: Kubernetes %s (%s), containerd %s, node %s with %d fake GPU(s), strategy %s, up in %.1f s"
+    log("cluster lab: Kubernetes %s (%s node), containerd %s, node %s with %d fake GPU(s), strategy %s, up in %.1f s"
         % (testbins.BUILDS[build_key].version, release, testbins.BUILDS[line_key].version, NODE_NAME, gpus, strategy,
            state["up_seconds"]))
+    log("  containerd config as %s composes it: %s (the node's %s)"
+        % (distribution, path("node") + state["node"]["config"], state["node"]["config"]))
     log("  lab-only containerd keys: %s" % "; ".join(state["containerd_overrides"]))
-    log("  RuntimeClasses as the release ships them: %s" % (", ".join(shipped) or "none"))
+    log("  RuntimeClasses as the release ships them (%s): %s"
+        % (distro.RUNTIMECLASS_SOURCES[distribution]["mechanism"], ", ".join(shipped) or "none"))
     log("  RuntimeClasses %s: %s (inventory %s)"
         % ("now (the node came from --node-root %s; k3s_gpu.nvidia.runtimeclasses is yours to run)" % node_root if node_root
            else "after k3s_gpu.nvidia.runtimeclasses", ", ".join(state["runtimeclasses"]), path("inventory.yml")))
@@ -1098,11 +1154,18 @@ def node_ready(state, gpus):
 
 
 def release_runtimeclasses(state):
-    """The RuntimeClasses the release ships (k3s's runtimes.yaml), applied as its deploy controller would."""
-    names = distro.profile(distro.K3S, state["release"])["runtimeclasses"]
+    """The RuntimeClasses the release ships, applied as it would: k3s's runtimes.yaml as its deploy controller applies
+    it (plain objects), rke2's chart rke2-runtimeclasses as helm-controller installs it (objects that Helm's release
+    owns: the managed-by label and release annotations Helm writes on every object it creates)."""
+    names = distro.profile(state["distribution"], state["release"])["runtimeclasses"]
     if not names:
         return []
-    docs = [{"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name}, "handler": name}
+    metadata = {}
+    if state["distribution"] == distro.RKE2:
+        metadata = {"labels": {"app.kubernetes.io/managed-by": "Helm"},
+                    "annotations": {"meta.helm.sh/release-name": RKE2_RUNTIMECLASS_CHART,
+                                    "meta.helm.sh/release-namespace": "kube-system"}}
+    docs = [{"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": dict(metadata, name=name), "handler": name}
             for name in names]
     kubectl(state, "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
     return names
@@ -1138,12 +1201,15 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="cluster-lab.sh", description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = parser.add_subparsers(dest="command", required=True)
     up_parser = sub.add_parser("up", help="start the lab")
-    up_parser.add_argument("--kubernetes", choices=sorted(KUBERNETES), default="1.36")
-    up_parser.add_argument("--release", help="k3s release whose containerd config the node gets (default: the "
-                                             "Kubernetes line's own, %s)" % ", ".join(r for _k, r in KUBERNETES.values()))
+    up_parser.add_argument("--kubernetes", choices=sorted(KUBERNETES), default=None,
+                           help="the Kubernetes line (default: the release's line, else %s)" % DEFAULT_KUBERNETES)
+    up_parser.add_argument("--release", help="k3s or rke2 release whose node the lab runs: its paths, containerd config "
+                                             "and RuntimeClasses (default: the Kubernetes line's k3s release, %s; rke2: "
+                                             "%s)" % (", ".join(r["k3s"] for _k, r in KUBERNETES.values()),
+                                                      ", ".join(r["rke2"] for _k, r in KUBERNETES.values())))
     up_parser.add_argument("--gpus", type=int, default=1)
     up_parser.add_argument("--strategy", choices=("envvar", "cdi-cri"), default="envvar")
-    up_parser.add_argument("--node-root", help="a k3s node tree the gpu_node role converged (NVIDIA's binaries in its "
+    up_parser.add_argument("--node-root", help="a k3s (or, with an rke2 --release, rke2) node tree the gpu_node role converged (NVIDIA's binaries in its "
                                                "usr/bin): containerd's config is composed from a copy of it instead of "
                                                "the lab running the collection's module, and only the release's own "
                                                "RuntimeClasses are applied")

@@ -5,39 +5,53 @@
 
 """The seed's pod against a real API server and a real kubelet (scripts/cluster-lab.sh).
 
-For each Kubernetes line in K3S_GPU_LAB_KUBERNETES (default: 1.36) and each device-list strategy
-(envvar, cdi-cri), one lab with 2 fake GPUs is started through the script, as a user starts it:
+For each distribution in K3S_GPU_LAB_DISTRIBUTIONS (default: k3s,rke2: the line's k3s or rke2 release, its node
+paths, base template and shipped RuntimeClasses; the rke2 lab's inventory is rke2-ansible's), each Kubernetes line
+in K3S_GPU_LAB_KUBERNETES (default: 1.36) and each device-list strategy (envvar, cdi-cri), one lab with 2 fake
+GPUs is started through the script, as a user starts it:
+
+- the seed's check: the config.toml the distribution composes on the node holds `nvidia` and `nvidia-cdi` with
+  NVIDIA's real binaries as BinaryName, and imports the drop-in the collection wrote (`nvidia-legacy`);
 
 - every handler the node's containerd config has for the release (nvidia, nvidia-cdi, nvidia-legacy, and
   nvidia-experimental where it is there) runs a pod to Succeeded, and NVIDIA's runtime log shows that
   handler's binary creating that pod's container;
-- the seed's pod (runtimeClassName nvidia, nvidia.com/gpu: 1) runs, and `ls /dev` inside it shows
-  exactly the allocated device;
+- the seed's pod (runtimeClassName nvidia, nvidia.com/gpu: 1), the same pod with nvidia-cdi, and the same pod
+  without a RuntimeClass each run; `ls /dev` inside shows exactly the allocated device (none without a class under
+  envvar), and what each container got (devices, mounts, NVIDIA_VISIBLE_DEVICES, and who injected the device:
+  NVIDIA's runtime or containerd's CDI) goes into the report: the evidence docs/gpu-pods.md cites;
 - the node's allocatable nvidia.com/gpu is the lab's GPU count, and a pod asking for one more stays
   Pending with the scheduler's `Insufficient nvidia.com/gpu`;
 - after `down` nothing of the lab is left: processes, mounts, cgroups, log links, /run entries.
 
 Each pod's phase, handler binary and the devices it saw are printed (-s) and written to the lab
-report (tests/output/cluster-lab-<line>-<strategy>.json).
+report (tests/output/cluster-lab-<distribution>-<line>-<strategy>.json).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
 import signal
 import subprocess
 import time
+import tomllib
 
 import pytest
+import yaml
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.tests import testbins
 
 from . import clusterlab
 
 ROOT = clusterlab.ROOT
 SCRIPT = os.path.join(ROOT, "scripts", "cluster-lab.sh")
 LINES = [line.strip() for line in os.environ.get("K3S_GPU_LAB_KUBERNETES", "1.36").split(",") if line.strip()]
+DISTRIBUTIONS = [name.strip() for name in os.environ.get("K3S_GPU_LAB_DISTRIBUTIONS", "k3s,rke2").split(",") if name.strip()]
 STRATEGIES = ("envvar", "cdi-cri")
 GPUS = 2
 NVIDIA_HANDLERS = ("nvidia", "nvidia-cdi", "nvidia-legacy", "nvidia-experimental")
@@ -55,15 +69,19 @@ def host_snapshot():
 
 
 class Lab:
-    def __init__(self, line, strategy):
-        self.line, self.strategy = line, strategy
+    def __init__(self, distribution, line, strategy):
+        self.distribution, self.line, self.strategy = distribution, line, strategy
+        self.release = clusterlab.KUBERNETES[line][1][distribution]
+        self.name = "%s-%s-%s" % (distribution, line, strategy)
         self.env = None
         self.kubectl_bin = None
-        self.report = {"kubernetes": line, "strategy": strategy, "gpus": GPUS, "pods": []}
+        self.report = {"distribution": distribution, "release": self.release, "kubernetes": line, "strategy": strategy,
+                       "gpus": GPUS, "pods": []}
 
     def up(self):
         started = time.monotonic()
-        proc = subprocess.run([SCRIPT, "up", "--kubernetes", self.line, "--gpus", str(GPUS), "--strategy", self.strategy],
+        proc = subprocess.run([SCRIPT, "up", "--kubernetes", self.line, "--release", self.release, "--gpus", str(GPUS),
+                               "--strategy", self.strategy],
                               capture_output=True, text=True, timeout=3600, check=False)
         if proc.returncode != 0:
             pytest.fail("cluster-lab.sh up failed (%d):\n%s\n%s" % (proc.returncode, proc.stdout[-4000:], proc.stderr[-4000:]),
@@ -81,8 +99,8 @@ class Lab:
         first = self.wait_phase(name, ("Succeeded", "Failed"))
         assert first["status"]["phase"] == "Succeeded", first["status"]
         self.report["first_pod_seconds"] = round(time.monotonic() - started, 1)
-        print("\ncluster lab %s/%s: up in %.1f s, first GPU pod Succeeded %.1f s after the start"
-              % (self.line, self.strategy, self.report["up_seconds"], self.report["first_pod_seconds"]))
+        print("\ncluster lab %s: up in %.1f s, first GPU pod Succeeded %.1f s after the start"
+              % (self.name, self.report["up_seconds"], self.report["first_pod_seconds"]))
         self.kubectl("delete", "pod", name, "-n", "default", "--wait=true", "--timeout=60s")
         return self
 
@@ -136,8 +154,9 @@ class Lab:
         return proc
 
 
-@pytest.fixture(scope="module", params=[(line, strategy) for line in LINES for strategy in STRATEGIES],
-                ids=lambda p: "k8s%s-%s" % p)
+@pytest.fixture(scope="module", params=[(distribution, line, strategy) for distribution in DISTRIBUTIONS for line in LINES
+                                        for strategy in STRATEGIES],
+                ids=lambda p: "%s-k8s%s-%s" % p)
 def cluster(request):
     before = host_snapshot()
     assert not before["processes"] and not before["lab_dir"], "a lab is already running: %s" % before
@@ -149,10 +168,10 @@ def cluster(request):
         after = host_snapshot()
         os.makedirs(os.path.join(ROOT, "tests", "output"), exist_ok=True)
         lab.report["down"] = proc.stdout.strip()
-        report = os.path.join(ROOT, "tests", "output", "cluster-lab-%s-%s.json" % (lab.line, lab.strategy))
+        report = os.path.join(ROOT, "tests", "output", "cluster-lab-%s.json" % lab.name)
         with open(report, "w", encoding="utf-8") as handle:
             json.dump(lab.report, handle, indent=2)
-        print("\ncluster lab %s/%s report: %s" % (lab.line, lab.strategy, json.dumps(lab.report["pods"], indent=1)))
+        print("\ncluster lab %s report: %s" % (lab.name, json.dumps(lab.report["pods"], indent=1)))
         leftovers = {key: sorted(set(after[key]) - set(before[key])) if isinstance(after[key], list) else after[key]
                      for key in after}
         assert proc.returncode == 0 and not any(leftovers.values()), (proc.stdout, proc.stderr, leftovers)
@@ -163,8 +182,12 @@ def handlers_of(lab):
 
 
 def test_the_runtimeclasses_playbook_applies_ours_through_the_kubeconfig(cluster):
-    """The task users run, through KUBECONFIG (no `k3s kubectl`): what the release lacks, then nothing."""
+    """The task users run, through KUBECONFIG (no `k3s kubectl`): what the release lacks, then nothing. The
+    release's own classes stay as the release left them (on rke2: owned by the rke2-runtimeclasses Helm release,
+    which would fight over any change)."""
     managed = "app.kubernetes.io/managed-by=k3s_gpu.nvidia"
+    shipped_before = {item["metadata"]["name"]: item["metadata"] for item in cluster.get("runtimeclass")["items"]
+                      if item["metadata"]["name"] in cluster.state["shipped_runtimeclasses"]}
     cluster.kubectl("delete", "runtimeclass", "-l", managed)  # `up` applied them: start from the release's own
     assert not cluster.get("runtimeclass", "-l", managed)["items"]
     first_rc, first = clusterlab.run_playbook("runtimeclasses", check=False)
@@ -177,6 +200,16 @@ def test_the_runtimeclasses_playbook_applies_ours_through_the_kubeconfig(cluster
     assert ours == {name: name for name in wanted} and "nvidia-cdi" in ours, (ours, shipped)
     classes = {item["metadata"]["name"] for item in cluster.get("runtimeclass")["items"]}
     assert set(handlers_of(cluster)) <= classes, classes
+    shipped_after = {item["metadata"]["name"]: item["metadata"] for item in cluster.get("runtimeclass")["items"]
+                     if item["metadata"]["name"] in shipped}
+    assert {name: meta["resourceVersion"] for name, meta in shipped_after.items()} == \
+        {name: meta["resourceVersion"] for name, meta in shipped_before.items()}, (shipped_before, shipped_after)
+    if cluster.distribution == "rke2":
+        assert shipped == {"nvidia", "nvidia-experimental", "crun"}, shipped  # the chart's three, no nvidia-cdi
+        assert all(meta["labels"].get("app.kubernetes.io/managed-by") == "Helm"
+                   and meta["annotations"].get("meta.helm.sh/release-name") == clusterlab.RKE2_RUNTIMECLASS_CHART
+                   for meta in shipped_after.values()), shipped_after
+    cluster.report["runtimeclasses"] = {"shipped": sorted(shipped), "ours": sorted(ours)}
 
 
 def test_every_nvidia_handler_runs_a_pod_through_its_own_binary(cluster):
@@ -198,22 +231,116 @@ def test_every_nvidia_handler_runs_a_pod_through_its_own_binary(cluster):
                                        "handler_binary": binary, "devices": None})
 
 
-def test_the_seed_pod_gets_exactly_its_gpu(cluster):
-    handler = "nvidia"
-    name = cluster.pod("seed-gpu", handler, "ls /dev; sleep 3600", gpus=1, restart="Never")
+def test_the_seed_check_the_composed_config_toml_holds_nvidia_and_nvidia_cdi(cluster):
+    """The seed's own check (k3s PR #11065, done on rke2): the node's generated config.toml holds the nvidia runtimes
+    at the bottom, `nvidia` and `nvidia-cdi`, each with NVIDIA's binary as BinaryName; the drop-in it imports holds
+    only what the release does not render (nvidia-legacy), never a duplicate."""
+    node = cluster.state["node"]
+    data_dir = distro.distribution_paths(cluster.distribution)["data_dir"]
+    assert node["config"] == data_dir + "/agent/etc/containerd/config.toml", node
+    with open(node["root"] + node["config"], encoding="utf-8") as handle:
+        text = handle.read()
+    assert text.startswith("# File generated by %s. DO NOT EDIT. Use config-v3.toml.tmpl instead." % cluster.distribution), \
+        text[:200]
+    config = tomllib.loads(text)
+    runtimes = _table(config, distro.containerd_table(node["schema"]))["runtimes"]
+    toolkit = os.path.dirname(testbins.path_of("nvidia-container-toolkit", "nvidia-container-runtime"))
+    found = {}
+    for handler, binary in (("nvidia", "nvidia-container-runtime"), ("nvidia-cdi", "nvidia-container-runtime.cdi")):
+        assert runtimes[handler]["runtime_type"] == "io.containerd.runc.v2", runtimes[handler]
+        assert runtimes[handler]["options"]["BinaryName"] == "/usr/bin/" + binary, runtimes[handler]
+        # NVIDIA's own binary (built from the Go module proxy), installed on the node as the package does
+        assert _sha256(node["root"] + "/usr/bin/" + binary) == _sha256(os.path.join(toolkit, binary)), binary
+        found[handler] = runtimes[handler]["options"]["BinaryName"]
+    # "at the bottom": after the release's own runc, as k3s/rke2 append the runtimes they detect
+    assert list(runtimes).index("runc") < list(runtimes).index("nvidia") < list(runtimes).index("nvidia-cdi"), list(runtimes)
+    dropin_dir = data_dir + "/agent/etc/containerd/config-v3.toml.d"
+    assert config["imports"] == [dropin_dir + "/*.toml"], config.get("imports")
+    assert node["dropin"] == node["root"] + dropin_dir + "/50-k3s-gpu-nvidia.toml", node["dropin"]
+    with open(node["dropin"], encoding="utf-8") as handle:
+        dropin = tomllib.loads(handle.read())
+    assert set(_table(dropin, distro.containerd_table(node["schema"]))["runtimes"]) == {"nvidia-legacy"}, dropin
+    cluster.report["composed_config"] = {"path": node["config"], "header": text.splitlines()[0], "runtimes": list(runtimes),
+                                         "nvidia_binaries": found, "imports": config["imports"], "dropin": ["nvidia-legacy"]}
+
+
+def _table(document, keys):
+    for key in keys:
+        document = document[key]
+    return document
+
+
+def _sha256(file_path):
+    with open(file_path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+SEEN = "ls /dev; echo ---; grep nvidia /proc/self/mountinfo | awk '{print $5}'; echo ---; env | grep -E '^(NVIDIA_|K3S_GPU_)' | sort"
+
+
+def injected_by(cluster, container_id, seen):
+    """Who put the device into the container: NVIDIA's runtime (its log: `Injecting devices using CDI: [...]` after
+    this container's create, in the mode it names) or, when the runtime injected nothing or did not run, containerd's
+    CRI from the CDI device names the plugin returned; nobody when the container got no device."""
+    lines = cluster.runtime_log().splitlines()
+    starts = [i for i, line in enumerate(lines) if container_id in line and " create " in line]
+    mode, injected = "unknown", None
+    for line in lines[starts[0] + 1:] if starts else []:
+        if "Command line arguments" in line:
+            break
+        found = re.search(r"[Mm]ode '([a-z-]+)'", line)
+        mode = found.group(1) if found else mode
+        found = re.search(r"Injecting devices using CDI: \[([^\]]*)\]", line)
+        injected = found.group(1) if found else injected
+    if injected:
+        return "NVIDIA's runtime (%s mode: CDI devices %s from NVIDIA_VISIBLE_DEVICES)" % (mode, injected)
+    if not seen:
+        return "nobody (%s)" % ("runc ignores NVIDIA_VISIBLE_DEVICES" if not starts else "NVIDIA's runtime added nothing")
+    if not starts:
+        return "containerd (the CDI devices the device plugin returned; NVIDIA's runtime did not run)"
+    return "containerd (the CDI devices the device plugin returned; NVIDIA's runtime, %s mode, added nothing)" % mode
+
+
+@pytest.mark.parametrize("handler", ("nvidia", "nvidia-cdi", None), ids=("nvidia", "nvidia-cdi", "no-runtimeclass"))
+def test_the_seed_pod_gets_exactly_its_gpu_through_each_handler(cluster, handler):
+    """The seed's pod (runtimeClassName nvidia, nvidia.com/gpu: 1), the reviewer's nvidia-cdi, and the same pod without
+    a RuntimeClass (runc): what each container got is the evidence of docs/gpu-pods.md. With the envvar strategy the
+    device reaches the container only through an NVIDIA handler; with cdi-cri containerd injects it whatever the
+    handler."""
+    name = "seed-gpu-%s" % (handler or "runc")
+    pod = cluster.pod(name, handler, SEEN + "; sleep 3600", gpus=1, restart="Never")
     pod = cluster.wait_phase(name, ("Running",))
     deadline = time.monotonic() + 30
     listing = ""
-    while time.monotonic() < deadline and "nvidia" not in listing:
-        listing = cluster.logs(name)
+    while time.monotonic() < deadline and listing.count("---") < 2:
         time.sleep(0.5)
-    seen = sorted(entry for entry in listing.split() if entry.startswith("nvidia"))
-    allocated = cluster.get("pod", name, "-n", "default")
-    assert len(seen) == 1 and re.fullmatch(r"nvidia[0-9]+", seen[0]), listing
-    cluster.report["pods"].append({"pod": name, "runtimeClassName": handler, "phase": pod["status"]["phase"],
-                                   "handler_binary": "nvidia-container-runtime", "devices": seen,
-                                   "node": allocated["spec"].get("nodeName")})
+        listing = cluster.logs(name)
+    time.sleep(0.5)  # the env lines follow the second separator in the same run of the script
+    listing = cluster.logs(name)
+    devices_part, mounts_part, env_part = (listing.split("---", 2) + ["", ""])[:3]
+    seen = sorted(entry for entry in devices_part.split() if entry.startswith("nvidia"))
+    container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    evidence = {"pod": name, "runtimeClassName": handler, "phase": pod["status"]["phase"],
+                "handler_binary": {"nvidia": "nvidia-container-runtime", "nvidia-cdi": "nvidia-container-runtime.cdi",
+                                   None: "runc"}[handler],
+                "devices": seen, "mounts": sorted(mounts_part.split()), "env": sorted(env_part.split()),
+                "injected_by": injected_by(cluster, container_id, seen), "node": pod["spec"].get("nodeName")}
+    cluster.report["pods"].append(evidence)
+    print("\n%s: %s" % (name, json.dumps(evidence)))
     cluster.kubectl("delete", "pod", name, "-n", "default", "--wait=true", "--timeout=60s")
+    if handler is None and cluster.strategy == "envvar":
+        # runc ignores NVIDIA_VISIBLE_DEVICES: the pod is scheduled on its GPU and sees none of it
+        assert not seen and "/usr/bin/nvidia-smi" not in evidence["mounts"] and evidence["injected_by"].startswith("nobody"), \
+            evidence
+        assert any(line.startswith("NVIDIA_VISIBLE_DEVICES=") for line in evidence["env"]), evidence
+        return
+    assert len(seen) == 1 and re.fullmatch(r"nvidia[0-9]+", seen[0]), listing
+    assert "/usr/bin/nvidia-smi" in evidence["mounts"], evidence
+    if cluster.strategy == "envvar":
+        assert evidence["injected_by"] == "NVIDIA's runtime (cdi mode: CDI devices nvidia.com/gpu=%s from " \
+            "NVIDIA_VISIBLE_DEVICES)" % seen[0][len("nvidia"):], evidence
+    else:
+        assert evidence["injected_by"].startswith("containerd"), evidence
 
 
 def test_allocatable_is_the_gpu_count_and_one_more_stays_pending(cluster):
@@ -243,7 +370,7 @@ def _chart_objects(cluster, tmp_path, settings):
     node = {"host": clusterlab.NODE_NAME, "handlers": handlers_of(cluster),
             "cdi_enabled": cluster.strategy == "cdi-cri", "cdi_spec": cluster.strategy == "cdi-cri"}
     release = cluster.state["release"]
-    plan = dp.plan_cluster(NodeFacts.from_reading(server_reading("k3s", release)), settings, [node],
+    plan = dp.plan_cluster(NodeFacts.from_reading(server_reading(cluster.distribution, release)), settings, [node],
                            cluster.state["shipped_runtimeclasses"])
     chart = chart_checks._shared_file(*chart_checks.CHART_ARCHIVE)  # pylint: disable=protected-access
     spec = plan["objects"][0]["spec"]
@@ -311,7 +438,13 @@ def test_every_helmchart_the_collection_writes_is_created_with_k3s_crds(cluster,
     for settings in ({}, {"sharing": {"strategy": "mps", "replicas": 4}}, {"gfd": True}):
         plan, _manifests = _chart_objects(cluster, tmp_path, settings)
         objects += plan["objects"]
-    objects += _operator_objects(cluster)
+    operator_objects = _operator_objects(cluster)
+    # the operator's toolkit talks to the embedded containerd's socket (k3s and rke2 share it: the rke2 docs' one
+    # setting for the GPU Operator) and is never pointed at the config.toml the release regenerates (rke2 #8752)
+    for obj in (o for o in operator_objects if o["kind"] == "HelmChart"):
+        toolkit_env = {e["name"]: e["value"] for e in yaml.safe_load(obj["spec"]["valuesContent"])["toolkit"]["env"]}
+        assert toolkit_env == {"CONTAINERD_SOCKET": "/run/k3s/containerd/containerd.sock"}, toolkit_env
+    objects += operator_objects
     kinds = sorted({obj["kind"] for obj in objects})
     assert "HelmChart" in kinds, kinds
     for index, obj in enumerate(objects):
@@ -332,7 +465,7 @@ def _operator_objects(cluster):
     from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts  # pylint: disable=import-outside-toplevel
     from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading  # pylint: disable=import-outside-toplevel
 
-    server = NodeFacts.from_reading(server_reading("k3s", cluster.state["release"]))
+    server = NodeFacts.from_reading(server_reading(cluster.distribution, cluster.state["release"]))
     nodes = [{"host": clusterlab.NODE_NAME, "mode": "operator", "driver_install": False}]
     objects = []
     version = release_rules.GPU_OPERATOR_CHART["default_version"]

@@ -54,10 +54,12 @@ exec runc "$@"
 PAUSE_IMAGE = "localhost/lab/pause:1"  # what the lab imports (tests/conformance/lab.py)
 
 
-def template_params(root):
-    """The k3s template parameters for a node whose / is root. A lab daemon runs on its own
-    root/state/socket (command-line flags, as k3s passes them for v2 configs) whatever these say."""
-    return {"root": root + "/var/lib/rancher/k3s/agent/containerd", "state": root + "/run/k3s/containerd",
+def template_params(root, distribution=distro.K3S):
+    """The k3s/rke2 template parameters for a node whose / is root (containerd's root under the distribution's data
+    dir; rke2 shares k3s's state dir and socket). A lab daemon runs on its own root/state/socket (command-line flags,
+    as k3s passes them for v2 configs) whatever these say."""
+    data_dir = distro.distribution_paths(distribution)["data_dir"]
+    return {"root": root + data_dir + "/agent/containerd", "state": root + "/run/k3s/containerd",
             "address": root + "/run/k3s/containerd/containerd.sock", "opt": root + "/opt",
             "pause_image": PAUSE_IMAGE, "snapshotter": "overlayfs", "cni_bin_dir": root + "/cni/bin",
             "cni_conf_dir": root + "/cni/net.d", "registry_dir": root + "/certs.d"}
@@ -87,7 +89,7 @@ def compose_node(root, distribution, release, binaries, toolkit_dirs=()):
                          if facts["files"]["template_v3" if name == distro.TEMPLATE_V3 else "template_v2"]["state"] == "file"), None)
     schema = distro.schema_of_template(os.path.basename(paths[template_key])) if template_key else profile["schema"]
     detected = [dict(r, binary=root + r["binary"]) for r in facts["release_runtimes"]]
-    params = dict(template_params(root), detected=detected, systemd_cgroup=True,
+    params = dict(template_params(root, distribution), detected=detected, systemd_cgroup=True,
                   default_runtime=facts["default_runtime"]["value"], containerd_dir=root + paths["containerd_dir"])
     base_text = base_fixtures.render_base(profile, schema, params)
     template_text = facts["files"][template_key]["content"] if template_key else None
