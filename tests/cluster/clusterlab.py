@@ -538,7 +538,7 @@ def check_node_root(node_root, distribution):
     has_own = any(os.path.isdir(node_root + own[key]) for key in ("data_dir", "config_yaml_d"))
     has_other = any(os.path.isdir(node_root + other[key]) for key in ("data_dir", "config_yaml_d"))
     if has_other and not has_own:
-        raise LabError("--node-root %s is a %s node (it has %s) but the release is %s's: pass a %s release with "
+        raise LabError("--node-root %s is a node of %s (it has %s) but the release is %s's: pass a %s release with "
                        "--release, or a node the role converged for %s" % (node_root, other_distribution, other["data_dir"],
                                                                            distribution, other_distribution, distribution))
     if not has_own:

@@ -45,6 +45,24 @@ def test_a_taken_port_is_refused_by_name_and_nothing_is_made():
     assert not _clean(before) and not clusterlab.node_ip_present()
 
 
+@pytest.mark.parametrize("tree, release, said", [
+    ("/var/lib/rancher/k3s/agent/etc/containerd", "v1.36.3+rke2r1",
+     "is a node of k3s (it has /var/lib/rancher/k3s) but the release is rke2's"),
+    ("/var/lib/rancher/rke2/agent/etc/containerd", "v1.36.3+k3s1",
+     "is a node of rke2 (it has /var/lib/rancher/rke2) but the release is k3s's"),
+    ("/usr/bin", "v1.36.3+rke2r1", "has neither /var/lib/rancher/rke2 nor /etc/rancher/rke2/config.yaml.d"),
+    ("/var/lib/rancher/k3s", "v1.36.3", "expected a k3s or rke2 release such as v1.36.3+k3s1 or v1.36.3+rke2r1"),
+], ids=("k3s-tree-rke2-release", "rke2-tree-k3s-release", "no-distribution", "no-suffix"))
+def test_a_node_root_of_the_other_distribution_is_refused_by_name_and_nothing_is_made(tmp_path, tree, release, said):
+    """--node-root and --release must be one distribution's: the lab would compose a config nobody reads otherwise."""
+    before = host_snapshot()
+    (tmp_path / tree.lstrip("/")).mkdir(parents=True)
+    proc = subprocess.run([SCRIPT, "up", "--release", release, "--node-root", str(tmp_path)], capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 1 and said in proc.stderr, (proc.stdout, proc.stderr)
+    assert not _clean(before) and not clusterlab.node_ip_present()
+
+
 def test_a_killed_up_is_cleaned_by_the_next_up_and_down_leaves_nothing():
     before = host_snapshot()
     starting = subprocess.Popen([SCRIPT, "up", "--kubernetes", LINES[0], "--gpus", "1"], stdout=subprocess.DEVNULL,  # pylint: disable=consider-using-with
