@@ -53,7 +53,7 @@ ANNOTATION = "k3s-gpu.nvidia/rollout"
 def lab():
     before = host_snapshot()
     assert not before["processes"] and not before["lab_dir"], "a lab is already running: %s" % before
-    lab = Lab(LINES[0], "envvar")
+    lab = Lab("k3s", LINES[0], "envvar")
     lab.up()
     lab.node_root = lab.state["node"]["root"]
     try:
