@@ -27,7 +27,7 @@ declare -A STAGE_DESC=(
     [lint]="yamllint, shellcheck, ansible-lint production, antsibull-changelog/-docs lint, ansible-doc"
     [units]="pytest (2.19); ansible-test units 2.19/py3.11 and 2.21/py3.12"
     [sanity]="ansible-test sanity 2.19/py3.11 and 2.21/py3.12; compile+import on py3.8"
-    [integration]="ansible-test integration 2.19/py3.11"
+    [integration]="ansible-test integration 2.19/py3.11; site's report on a sandbox fleet (tests/fleet)"
     [conformance]="real containerd 1.6/1.7/2.1 (Debian) and 2.2/2.3 (built): config dump, CRI, pods; nvidia-ctk; Helm"
     [kubernetes]="the cluster lab (scripts/cluster-lab.sh): real kube-apiserver and kubelet, the seed's GPU pod on k3s and rke2 nodes"
     [kubernetes-1.34]="the cluster lab's tests on the older Kubernetes line (1.34, k3s and rke2; not in the default run)"
@@ -205,6 +205,10 @@ stage_integration() {
         log "integration targets were skipped (see above): fix their aliases or set K3S_GPU_INTEGRATION_ARGS"
         return 1
     fi
+    apt_ensure openssh-client  # the fleet's unreachable host is an ssh connection to a closed port
+    check "pytest tests/fleet (k3s_gpu.nvidia.site's report on a 56-host sandbox fleet, ansible-playbook and ansible-runner)" \
+        env PYTHONPATH="$COLL_PATH" "$VENV/bin/python" -m pytest tests/fleet -q -s -p no:cacheprovider
+    checks_result
 }
 
 # ------------------------------------------------------------------ conformance

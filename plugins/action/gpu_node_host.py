@@ -11,6 +11,9 @@ means false; a refusal is one message that names the user's variables, never a f
 
 from __future__ import annotations
 
+import contextlib
+
+from ansible.errors import AnsibleConnectionFailure
 from ansible.utils.display import Display
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import NOTHING_CHANGED
@@ -82,8 +85,16 @@ class ActionModule(SpecAction):
                                template=self._templar.template, display=display, execute_module=execute_module)
         try:
             return self._run_phase(task, phase, result, settings, args, task_vars)
+        except AnsibleConnectionFailure as exc:
+            if not self._task.ignore_unreachable:
+                raise
+            # k3s_gpu.nvidia.site ignores unreachable nodes (Ansible ends the whole playbook, its report included, when
+            # every host of a batch is unreachable): the node is a failure that the play rescues, saying so
+            result.update(failed=True, changed=False, node_unreachable=True, msg="unreachable: %s" % (exc.message,))
+            return result
         finally:
-            self._remove_tmp_path(self._connection._shell.tmpdir)
+            with contextlib.suppress(AnsibleConnectionFailure):
+                self._remove_tmp_path(self._connection._shell.tmpdir)
 
     def _run_phase(self, task, phase, result, settings, args, task_vars):
         state = None

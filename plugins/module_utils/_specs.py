@@ -114,6 +114,7 @@ GPU_NODE_PACKAGES_SPEC = dict(
 FLEET_SUMMARY_SPEC = dict(
     hosts=dict(type="list", elements="str", required=True),
     clusters=dict(type="list", elements="dict", default=[]),
+    report_path=dict(type="str", default=""),
 )
 
 VERIFY_IMAGE = "docker.io/library/ubuntu:24.04"  # needs only sh and ls: the toolkit mounts nvidia-smi and the libraries

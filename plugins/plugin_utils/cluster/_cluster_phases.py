@@ -82,7 +82,10 @@ def plan(task: ClusterTask, result: Dict[str, Any], args: Mapping[str, Any]) -> 
     task_vars = task.task_vars
     cluster_step.read_settings(task_vars)  # refused here, before any host is touched
     run_hosts = list(args["hosts"])
-    active = set(task_vars.get("ansible_play_hosts") or run_hosts)
+    # site rescues a host's failure (and ignores an unreachable node) so that the run goes on to its report: those
+    # hosts stay in the play, in the group k3s_gpu_nvidia_failed
+    failed = set((task_vars.get("groups") or {}).get(cluster_step.FAILED_GROUP) or [])
+    active = set(task_vars.get("ansible_play_hosts") or run_hosts) - failed
     found = cluster_step.clusters(lambda host: _cluster_of(task, host), run_hosts, [h for h in run_hosts if h in active],
                                   list(args["pattern_hosts"]), list(args["servers"]), args["servers_pattern"] or "server")
     if args["skip_unchanged"]:
@@ -91,7 +94,8 @@ def plan(task: ClusterTask, result: Dict[str, Any], args: Mapping[str, Any]) -> 
     partial = " (partial run: nothing removed)"
     result.update(changed=False, clusters=found, hosts=cluster_step.assignments(found, run_hosts),
                   objects=list(args["objects"]),
-                  msg=["cluster %s: %s %s%s" % (c["name"], "unchanged on" if c.get("result") else "written from",
+                  msg=["cluster %s: %s" % (c["name"], c["result"]["msg"]) if (c.get("result") or {}).get("failed") else
+                       "cluster %s: %s %s%s" % (c["name"], "unchanged on" if c.get("result") else "written from",
                                                 c["writer"], "" if c["complete"] else partial) for c in found])
     return result
 

@@ -42,6 +42,9 @@ MANIFESTS = (OPERATOR_MANIFEST, RUNTIMECLASS_MANIFEST, device_plugin.MANIFEST_FI
 NOT_CHECKED_OFFLINE = ("whether k3s/rke2 applied the manifests and helm-controller installed the charts",
                        "the nodes' allocatable nvidia.com/gpu", "a GPU pod (runtimeClassName and nvidia.com/gpu: 1)")
 DEFAULT_CLUSTER = "default"
+# the hosts of k3s_gpu.nvidia.site whose failure its host play rescued (and the unreachable ones): still in the plays
+# after it, never a cluster's leader or writer
+FAILED_GROUP = "k3s_gpu_nvidia_failed"
 # the keys k3s_gpu.nvidia.runtimeclasses reads from its first play's reading of a node (runtime_info)
 READING_VAR = "runtimeclasses__info"
 
@@ -117,11 +120,19 @@ def clusters(cluster_of, run_hosts, active_hosts, pattern_hosts, servers, server
         entry = found[name]
         candidates = [s for s in servers if cluster_of(s) == name]
         usable = [s for s in candidates if s not in failed]
-        if not usable:
+        if not candidates:
             raise K3sGpuError(
-                "cluster %s (hosts %s) has no %sserver in k3s_gpu_servers "
-                "(%s)" % (name, ", ".join(entry["hosts"]), "reachable " if candidates else "", servers_pattern),
+                "cluster %s (hosts %s) has no server in k3s_gpu_servers (%s)" % (name, ", ".join(entry["hosts"]),
+                                                                                 servers_pattern),
                 fix="add its servers to that group, or set k3s_gpu_cluster on them to %s" % (name,))
+        if not usable:
+            # its servers failed or were unreachable in this run: this cluster's objects wait for the next run, the
+            # other clusters' are written, and the cluster is a failed row of the summary
+            entry["leader"] = None
+            entry["result"] = {"failed": True, "cluster": name, "item": dict(entry),
+                               "msg": "not written: every server of cluster %s in k3s_gpu_servers (%s) failed or was "
+                                      "unreachable in this run; the next run writes its objects" % (name, ", ".join(candidates))}
+            continue
         entry["writer"] = usable[0]
     return [found[name] for name in order]
 

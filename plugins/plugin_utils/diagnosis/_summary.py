@@ -42,20 +42,41 @@ def _rollout_part(rollout, files_changed=False):
     return "DISRUPTIVE: %s (%s)" % (rollout["reason"], ", ".join(part for part in (where, how) if part))
 
 
-def row(host, result, check_mode=False, rollout=None):
+# a host's status when the role never decided one: the run left it out, or it failed or was unreachable first
+LEFT_OUT = "left out"
+UNREACHABLE = "unreachable"
+FAILED = "failed"
+NO_GPU = "skipped"  # the role's status for a host without an NVIDIA GPU
+
+
+def row(host, result, check_mode=False, rollout=None, failure=None, left_out=None, cluster=""):
     """The summary row of one host; `result` is its gpu_node_result (None: the role never reached it); rollout: its
-    rollout_entry()."""
+    rollout_entry(); failure: the message of the failure site's rescue kept for it; left_out: why the run did not
+    reach it (the batches stopped); cluster: its k3s_gpu_cluster."""
     result = result if isinstance(result, dict) else {}
+    # Ansible's own mark, or site's host step on a node it could not reach (ignore_unreachable)
+    unreachable = bool(result.get("unreachable") or result.get("node_unreachable"))
     if rollout and rollout.get("failure"):
         result = dict(result, failed=True, msg=rollout["failure"])
-    failed = bool(result.get("failed")) or "status" not in result
-    status = ("failed" if result.get("failed") else "failed or unreachable") if failed else result["status"]
+    elif failure and not unreachable:
+        result = dict(result, failed=True, msg=failure)
+    failed = bool(result.get("failed")) or unreachable or "status" not in result
+    if unreachable:
+        status = UNREACHABLE
+    elif result.get("failed"):
+        status = FAILED
+    elif "status" in result:
+        status = result["status"]
+    elif left_out:
+        status, result = LEFT_OUT, dict(result, msg=left_out)
+    else:
+        status = "failed or unreachable"  # no result and nothing kept: a play without the site's rescue
     # host_changed: set by the restart handler, whose own `changed` is the restart
     changed = bool(result.get("host_changed", result.get("changed"))) and not failed
     restarted = bool(result.get("restarted"))
     entry = {
         # a module's own message may carry a URL it fetched, with its password
-        "host": host, "status": status, "reason": guarded(str(result.get("reason") or result.get("msg") or "")),
+        "host": host, "cluster": cluster or "", "status": status, "reason": guarded(str(result.get("reason") or result.get("msg") or "")),
         "distribution": result.get("distribution") or "", "release": result.get("release") or "",
         "restarted": restarted, "verified": result.get("verified"), "mode": result.get("mode") or "host",
         "reboot_required": bool(result.get("reboot_required")),
@@ -177,11 +198,74 @@ def cluster_line(entry, check_mode=False):
     return " | ".join(parts)
 
 
-def summarize(results, check_mode=False, clusters=(), rollouts=None):
+# bytes of summary lines one task prints: AWX drops a job event over 700,000 bytes; past this budget the hosts with nothing
+# to say are folded into one line per cluster (names only; the JSON report keeps every row)
+PRINT_BUDGET = 400000
+
+
+def _quiet(entry):
+    """A host whose line says only that it is as it should be (or has no GPU)."""
+    if entry["status"] not in ("configured", "absent", NO_GPU):
+        return False
+    flags = ("changed", "would_change", "restart_needed", "reboot_required", "pending", "cgroup_driver_mismatch")
+    return not any(entry[flag] for flag in flags) and not (entry["rollout"] or {}).get("disruptive")
+
+
+def printed_lines(report, budget=PRINT_BUDGET):
+    """The lines to print: every row's line while they fit in budget bytes, else the hosts with something to say one
+    line each and the others folded per cluster and status, by name."""
+    host_lines = report["lines"][:len(report["hosts"])]
+    cluster_lines = report["lines"][len(report["hosts"]):]
+    if sum(len(text) + 4 for text in report["lines"]) <= budget:
+        return list(report["lines"])
+    kept, folded = [], {}
+    for entry, text in zip(report["hosts"], host_lines):
+        if _quiet(entry):
+            folded.setdefault((entry["cluster"], entry["status"]), []).append(entry["host"])
+        else:
+            kept.append(text)
+    for (cluster, status), hosts in sorted(folded.items()):
+        kept.append("cluster %s: %d hosts %s, nothing to change (each has its row in the JSON report): %s"
+                    % (cluster or "-", len(hosts), "without a GPU" if status == NO_GPU else status, ", ".join(hosts)))
+    return kept + cluster_lines
+
+
+def totals(rows, cluster_rows):
+    """What the totals line says: hosts ok / changed / failed / unreachable / no GPU / left out, per cluster too, and the
+    clusters written or failed. A host is ok when the role decided its state (configured, absent, ...)."""
+    def count(entries):
+        found = {"hosts": len(entries), "ok": 0, "changed": 0, "failed": 0, "unreachable": 0, "no_gpu": 0, "left_out": 0}
+        for entry in entries:
+            key = {FAILED: "failed", "failed or unreachable": "failed", UNREACHABLE: "unreachable", NO_GPU: "no_gpu",
+                   LEFT_OUT: "left_out"}.get(entry["status"], "ok")
+            found[key] += 1
+            found["changed"] += int(bool(entry["changed"] or entry["would_change"]))
+        return found
+    per_cluster = {}
+    for entry in rows:
+        per_cluster.setdefault(entry["cluster"], []).append(entry)
+    found = count(rows)
+    found["clusters_done"] = sum(1 for c in cluster_rows if c["status"] != "failed")
+    found["clusters_failed"] = sum(1 for c in cluster_rows if c["status"] == "failed")
+    found["per_cluster"] = dict((name, count(entries)) for name, entries in sorted(per_cluster.items()))
+    return found
+
+
+def totals_line(found, check_mode=False):
+    return ("totals: %(hosts)d hosts | %(ok)d ok (%(changed)d %(verb)s) | %(failed)d failed | %(unreachable)d unreachable | "
+            "%(no_gpu)d no GPU | %(left_out)d left out | clusters: %(clusters_done)d done, %(clusters_failed)d failed"
+            % dict(found, verb="would change" if check_mode else "changed"))
+
+
+def summarize(results, check_mode=False, clusters=(), rollouts=None, failures=None, left_out=None, cluster_of=None):
     """{"hosts": [rows], "clusters": [rows], "lines": [lines], "counts": {status: n, "changed", "would_change",
-    "restart_needed", "disruptive", ...}}. rollouts: {host: rollout_entry()}."""
-    rollouts = rollouts or {}
-    rows = [row(host, result, check_mode, rollouts.get(host)) for host, result in results]
+    "restart_needed", "disruptive", ...}, "totals", "totals_line"}: rows sorted by cluster, then host. rollouts: {host:
+    rollout_entry()}; failures: {host: the message its rescue kept}; left_out: {host: why the run did not reach it};
+    cluster_of: {host: its cluster}."""
+    rollouts, failures, left_out, cluster_of = rollouts or {}, failures or {}, left_out or {}, cluster_of or {}
+    rows = sorted((row(host, result, check_mode, rollouts.get(host), failures.get(host), left_out.get(host),
+                       cluster_of.get(host, "")) for host, result in results),
+                  key=lambda entry: (entry["cluster"], entry["host"]))
     counts = {}
     for entry in rows:
         counts[entry["status"]] = counts.get(entry["status"], 0) + 1
@@ -189,8 +273,10 @@ def summarize(results, check_mode=False, clusters=(), rollouts=None):
             counts[flag] = counts.get(flag, 0) + int(bool(entry[flag]))
         counts["cgroup_driver_mismatch"] = counts.get("cgroup_driver_mismatch", 0) + int(bool(entry["cgroup_driver_mismatch"]))
         counts["disruptive"] = counts.get("disruptive", 0) + int(bool((entry["rollout"] or {}).get("disruptive")))
-    cluster_rows = [cluster_row(result, check_mode) for result in clusters or ()]
+    cluster_rows = sorted((cluster_row(result, check_mode) for result in clusters or ()), key=lambda entry: entry["cluster"])
     counts["clusters_changed"] = sum(1 for c in cluster_rows if c["changed"] or c["would_change"])
     counts["clusters_failed"] = sum(1 for c in cluster_rows if c["status"] == "failed")
     lines = [line(entry, check_mode) for entry in rows] + [cluster_line(entry, check_mode) for entry in cluster_rows]
-    return {"hosts": rows, "clusters": cluster_rows, "lines": lines, "counts": counts}
+    found = totals(rows, cluster_rows)
+    return {"hosts": rows, "clusters": cluster_rows, "lines": lines, "counts": counts, "totals": found,
+            "totals_line": totals_line(found, check_mode)}

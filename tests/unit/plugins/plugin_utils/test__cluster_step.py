@@ -54,6 +54,16 @@ def test_each_cluster_is_written_by_the_worker_of_its_first_live_host():
     assert hosts["gpu3"]["delegate"] == "server2"
 
 
+def test_a_cluster_whose_servers_all_failed_is_a_failed_row_and_the_others_are_written():
+    """One cluster's unreachable servers never keep another cluster's objects from being written."""
+    found = clusters(["gpu1", "server1", "gpu3"], active=["gpu1", "gpu3"])
+    assert found[0]["leader"] is None and found[0]["result"]["failed"]
+    assert found[0]["result"]["msg"] == ("not written: every server of cluster a in k3s_gpu_servers (server1) failed or was "
+                                         "unreachable in this run; the next run writes its objects")
+    assert (found[1]["name"], found[1]["writer"], found[1]["leader"]) == ("b", "server2", "gpu3")
+    assert not step.assignments(found, ["gpu1", "server1", "gpu3"])["gpu1"]["writes"]
+
+
 def test_a_limited_run_is_partial():
     found = clusters(["gpu1"], pattern=["gpu1", "gpu2", "gpu3"])
     assert found == [{"name": "a", "hosts": ["gpu1"], "writer": "server1", "complete": False, "leader": "gpu1"}]
