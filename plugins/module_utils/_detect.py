@@ -478,13 +478,32 @@ def yaml_top_level_list(text, key):
     return found
 
 
+def k3s_config_paths(fs, paths):
+    """config.yaml, then config.yaml.d/*.yaml (and .yml) in name order: the files k3s/rke2 read, in their order."""
+    return [paths["config_yaml"]] + [paths["config_yaml_d"] + "/" + name
+                                     for name in fs.listdir(paths["config_yaml_d"]) if name.endswith((".yaml", ".yml"))]
+
+
+# the texts of the config files handed to the controller, which parses them as YAML (plugin_utils/_k3s_config): the
+# readers here follow the plain `key: value` lines only
+K3S_CONFIG_MAX_BYTES = 1 << 20
+
+
+def k3s_config_files(fs, paths):
+    """[{path, text}] of the config files that exist, in k3s's order (text None for one too big to hand on)."""
+    found = []
+    for path in k3s_config_paths(fs, paths):
+        text = fs.read_text(path)
+        if text is not None:
+            found.append({"path": path, "text": text if len(text) <= K3S_CONFIG_MAX_BYTES else None})
+    return found
+
+
 def k3s_config_list(fs, paths, key):
     """A list key (such as `disable`) as k3s merges it: config.yaml, then config.yaml.d/*.yaml in
     order; `key:` replaces what came before, `key+:` appends."""
     value = []
-    for path in [paths["config_yaml"]] + [
-            paths["config_yaml_d"] + "/" + name
-            for name in fs.listdir(paths["config_yaml_d"]) if name.endswith((".yaml", ".yml"))]:
+    for path in k3s_config_paths(fs, paths):
         text = fs.read_text(path)
         if text is None:
             continue
@@ -496,10 +515,7 @@ def k3s_config_list(fs, paths, key):
 def k3s_config_value(fs, paths, key):
     """A config.yaml key as k3s sees it: config.yaml, then config.yaml.d/*.yaml in order, last wins."""
     value, source = None, None
-    files = [paths["config_yaml"]] + [
-        paths["config_yaml_d"] + "/" + name
-        for name in fs.listdir(paths["config_yaml_d"]) if name.endswith((".yaml", ".yml"))]
-    for path in files:
+    for path in k3s_config_paths(fs, paths):
         text = fs.read_text(path)
         if text is None:
             continue
@@ -955,6 +971,7 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
     else:
         units = find_units(fs, distribution)
         service = service_environment(fs, distribution, units[0] if units else distro.DISTRIBUTION_PATHS[distribution]["units"][0])
+        configured = None
         if data_dir is None:
             configured, _source = k3s_config_value(fs, paths, "data-dir")
             if configured:
@@ -968,10 +985,18 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
         exec_line = service.pop("exec_start_expanded")
         in_use = runtime_in_use(fs, distribution, paths, exec_line, service["unit_file"])
         in_use["release"] = profile["release"]
+        # what this stdlib reader saw in config.yaml, and the files themselves: the controller reads them again as YAML
+        k3s_config = {"files": k3s_config_files(fs, paths), "data_dir_given": data_dir is not None,
+                      "read": {"data-dir": configured,
+                               "container-runtime-endpoint": k3s_config_value(fs, paths, "container-runtime-endpoint")[0],
+                               "docker": k3s_config_value(fs, paths, "docker")[0]}}
         if in_use["runtime"] == distro.RUNTIME_HOST_CONTAINERD:
             # k3s/rke2 run no containerd of their own: the node is the host's containerd, configured as such
-            return _host_containerd_facts(fs, in_use, paths["data_dir"], toolkit_dirs, binaries, path, run_command,
-                                          newer_release)
+            found = _host_containerd_facts(fs, in_use, paths["data_dir"], toolkit_dirs, binaries, path, run_command,
+                                           newer_release)
+            found["k3s_config"] = k3s_config
+            return found
+        facts["k3s_config"] = k3s_config
         facts["runtime_in_use"] = in_use
         _k3s_runtime_facts(fs, facts, service, exec_line)
         # the cluster step compares what it would write against their digests, and writes only what differs

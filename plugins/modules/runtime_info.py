@@ -268,6 +268,17 @@ default_runtime:
   returned: success
   type: dict
   sample: {value: nvidia, source: /etc/rancher/k3s/config.yaml}
+k3s_config:
+  description:
+    - The texts of C(config.yaml) and C(config.yaml.d/*.yaml) in the order k3s/rke2 read them (C(files), each C(path) and
+      C(text)), and what this module's line reader saw of the keys that decided how the node was read (C(read) - C(data-dir),
+      C(container-runtime-endpoint), C(docker)).
+    - "The module follows plain C(key: value) lines only; the collection's controller side parses the texts as YAML, takes
+      C(default-runtime) and C(disable) from them, and refuses the node by name where YAML reads a deciding key otherwise."
+  returned: on a k3s or rke2 node
+  type: dict
+  sample: {files: [{path: /etc/rancher/k3s/config.yaml, text: "default-runtime: nvidia\n"}], data_dir_given: false,
+           read: {data-dir: null, container-runtime-endpoint: null, docker: null}}
 disabled_components:
   description: The C(disable) list of config.yaml and config.yaml.d (C(disable+) appends), as the k3s/rke2 server merges it.
   returned: success

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _k3s_config as k3s_config
 
 # the reading's sections every NodeFacts has (runtime_info documents each)
 _SECTIONS = {"distribution": str, "release": str, "root": str, "profile": dict, "paths": dict, "runtimes": list,
@@ -62,6 +63,8 @@ class NodeFacts:
         for key, expected in _SECTIONS.items():
             if not isinstance(reading.get(key), expected):
                 raise _refuse(what, key, expected.__name__, reading, fix, variable)
+        # config.yaml as YAML reads it (the node's stdlib reader follows plain lines only)
+        k3s_config.apply(reading)
         return cls(reading=reading, **dict((key, reading[key]) for key in _SECTIONS))
 
     def host_path(self, node_path):

@@ -29,7 +29,7 @@ from typing import Any, Dict, Mapping, Optional
 _ENGINE_FILES = (
     "plugin_utils/containerd/_check_cache.py", "plugin_utils/containerd/_gotemplate.py", "plugin_utils/_release_rules.py",
     "plugin_utils/containerd/_template_check.py", "plugin_utils/containerd/_toml.py", "plugin_utils/containerd/_toml_read.py",
-    "plugin_utils/containerd/_types.py", "plugin_utils/_node_facts.py",
+    "plugin_utils/containerd/_types.py", "plugin_utils/_node_facts.py", "plugin_utils/_k3s_config.py",
     "module_utils/_distro.py", "module_utils/_errors.py", "module_utils/_k3s_base.py", "module_utils/_plan.py", "module_utils/_values.py",
 )
 
