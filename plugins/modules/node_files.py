@@ -10,9 +10,11 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 module: node_files
-short_description: Write or remove several files of a node in one round trip, each only if it is still what was read
+short_description: Internal - write or remove several files of a node in one round trip, each only if still as read
 version_added: 0.1.0
 description:
+  - B(Internal to M(k3s_gpu.nvidia.containerd_runtimes) and the role k3s_gpu.nvidia.gpu_node; its options and results may
+    change without notice.)
   - The writer behind M(k3s_gpu.nvidia.containerd_runtimes) - after the controller has read a node and decided
     the exact text of every file it changes, this module applies all of them in one module execution instead
     of one M(ansible.builtin.copy) (a checksum, then a copy) per file.

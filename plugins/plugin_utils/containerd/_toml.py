@@ -43,7 +43,7 @@ BASE_LINE = k3s_base.BASE_LINE
 def require_tomlkit() -> None:
     if tomlkit is None:
         raise K3sGpuError("the Python library tomlkit is required on the Ansible controller: "
-                          "pip install 'tomlkit>=0.12' (import error: %s)" % TOMLKIT_IMPORT_ERROR)
+                          "pip install 'tomlkit>=0.11.0,<1.0' (as requirements.txt says; import error: %s)" % TOMLKIT_IMPORT_ERROR)
 
 
 # --- Go template lines --------------------------------------------------------------------------
