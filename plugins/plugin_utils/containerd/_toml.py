@@ -42,8 +42,10 @@ BASE_LINE = k3s_base.BASE_LINE
 
 def require_tomlkit() -> None:
     if tomlkit is None:
-        raise K3sGpuError("the Python library tomlkit is required on the Ansible controller: "
-                          "pip install 'tomlkit>=0.11.0,<1.0' (as requirements.txt says; import error: %s)" % TOMLKIT_IMPORT_ERROR)
+        raise K3sGpuError("the Python library tomlkit is required on the Ansible controller (import error: %s)"
+                          % TOMLKIT_IMPORT_ERROR,
+                          fix="pip install 'tomlkit>=0.11.0,<1.0' (the range requirements.txt allows) into the "
+                              "controller's Python, or the execution environment's")
 
 
 # --- Go template lines --------------------------------------------------------------------------
