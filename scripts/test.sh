@@ -138,6 +138,15 @@ shellcheck_all() {
     shellcheck -x "${files[@]}"
 }
 
+# What ansible-builder reads of the collection when it is installed into an execution environment
+# (meta/execution-environment.yml -> requirements.txt): tomlkit must come out of it.
+ee_introspect() {
+    local out
+    out=$(ansible-builder introspect "$COLL_PATH") || return 1
+    printf '%s\n' "$out"
+    grep -q 'tomlkit.*from collection k3s_gpu.nvidia' <<<"$out"
+}
+
 # antsibull-docs needs the collection under ansible_collections/<ns>/<name>: lint through the symlink.
 docs_lint() {
     cd "$COLL_PATH/ansible_collections/$NS/$NAME"
@@ -155,6 +164,10 @@ stage_lint() {
     check "antsibull-changelog lint" antsibull-changelog lint
     check "antsibull-docs lint-collection-docs --plugin-docs" docs_lint
     check "ansible-doc renders every module/filter/role" ansible_doc_all
+    # the build context only: no container engine here, so the image itself is not built
+    check "ansible-builder create (the sample execution environment)" \
+        ansible-builder create -f "$ROOT/execution-environment.yml" -c "$ROOT/.tmp/ee-context"
+    check "ansible-builder introspect (the collection's requirements in any execution environment)" ee_introspect
     checks_result
 }
 
