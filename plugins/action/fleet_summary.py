@@ -47,8 +47,8 @@ class ActionModule(SpecAction):
         planned = (local.get("k3s_gpu__rollout") or {}).get("rollout_hosts") or {}
         halted = local.get("k3s_gpu__batches_halted")
         for cluster in args["clusters"]:
-            for host in (cluster.get("item") or cluster).get("hosts") or []:
-                cluster_of[host] = str((cluster.get("item") or cluster).get("name") or "")
+            for host in cluster.get("hosts") or []:
+                cluster_of[host] = str(cluster.get("name") or "")
         for host in args["hosts"]:
             found = role_vars.registered(hostvars, host)
             results.append((host, found.get("gpu_node_result")))
@@ -82,7 +82,6 @@ class ActionModule(SpecAction):
         # no rows in the result: its job event (AWX drops one over 700,000 bytes) carries the lines and the totals only
         result.update(changed=False, lines=summary.printed_lines(report), totals_line=report["totals_line"],
                       totals=report["totals"], counts=report["counts"], report_path=args["report_path"],
-                      failed_hosts=[entry["host"] for entry in report["hosts"]
-                                    if entry["status"] in (summary.FAILED, summary.UNREACHABLE, "failed or unreachable")],
+                      failed_hosts=[entry["host"] for entry in report["hosts"] if entry["status"] in summary.FAILING],
                       failed_clusters=[entry["cluster"] for entry in report["clusters"] if entry["status"] == "failed"])
         return result

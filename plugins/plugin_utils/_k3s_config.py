@@ -121,15 +121,17 @@ def apply(reading: Dict[str, Any]) -> Dict[str, Any]:
                 "quoted key, a flow mapping, an anchor or a block scalar), and it decides how the node is read"
                 % (where, key, repr(found) if found else "unset", repr(read.get(key)) if read.get(key) else "unset"),
                 fix=fix + "; nothing was changed")
+    distribution = reading.get("distribution")
+    if distribution not in distro.RUNTIMECLASS_SOURCES:
+        # k3s/rke2 on the host's containerd: the reading is that containerd's, whose own config sets its default
+        # runtime; config.yaml decided only the keys checked above
+        return reading
     unit = (reading.get("service") or {}).get("unit_file")
     default = reading.get("default_runtime")
-    if isinstance(default, dict) and not (default.get("source") and default.get("source") == unit):
+    if isinstance(default, dict) and not (unit and default.get("source") == unit):
         runtime, source = value("default-runtime")  # a flag on the unit's ExecStart wins over the files
         reading["default_runtime"] = {"value": runtime, "source": source if runtime else None}
-    if "disabled_components" in reading:
-        disabled = list(values.get("disable", ([], None))[0])
-        reading["disabled_components"] = disabled
-        distribution = reading.get("distribution")
-        if distribution in distro.RUNTIMECLASS_SOURCES:
-            reading["runtimeclasses_disabled"] = distro.RUNTIMECLASS_SOURCES[distribution]["disable"] in disabled
+    disabled = list(values.get("disable", ([], None))[0])
+    reading["disabled_components"] = disabled
+    reading["runtimeclasses_disabled"] = distro.RUNTIMECLASS_SOURCES[distribution]["disable"] in disabled
     return reading

@@ -522,12 +522,10 @@ def kubectl(state, *args, stdin=None, check=True):
 # ------------------------------------------------------------------ the node
 def distribution_of(release):
     """k3s or rke2, by the release's suffix (+k3sN, +rke2rN); the refusal names the form."""
-    for distribution in (distro.K3S, distro.RKE2):
-        with contextlib.suppress(Exception):
-            distro.parse_release(distribution, release)
-            if "+" in release:
-                return distribution
-    raise LabError("--release %s: expected a k3s or rke2 release such as v1.36.3+k3s1 or v1.36.3+rke2r1" % release)
+    distribution = distro.RKE2 if "+rke2r" in release else distro.K3S if "+k3s" in release else None
+    if distribution is None:
+        raise LabError("--release %s: expected a k3s or rke2 release such as v1.36.3+k3s1 or v1.36.3+rke2r1" % release)
+    return distribution
 
 
 def check_node_root(node_root, distribution):

@@ -121,17 +121,23 @@ def check_report(fleet, report, lines, check_mode=False):
     return totals
 
 
-def test_ansible_playbook_reports_every_host_then_fails_the_broken_ones(fleet):
-    reset_trees(fleet)
-    report_path = str(fleet["work"] / "summary.json")
-    extra = dict(SITE_VARS, k3s_gpu_summary_path=report_path)
+def run_site(fleet, extra, *options):
+    """ansible-playbook k3s_gpu.nvidia.site on the fleet as users run it; (its output, the JSON report). rc 2: the run
+    fails after its report, because of the broken hosts."""
     proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", fleet["inventory"],
-                           "--forks", "10", "-e", json.dumps(extra), "k3s_gpu.nvidia.site"],
+                           "--forks", "10"] + list(options) + ["-e", json.dumps(dict(SITE_VARS, **extra)),
+                                                                "k3s_gpu.nvidia.site"],
                           env=env(), capture_output=True, text=True, timeout=1800, check=False)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 2, output[-5000:]
-    with open(report_path, encoding="utf-8") as handle:
-        report = json.load(handle)
+    with open(extra["k3s_gpu_summary_path"], encoding="utf-8") as handle:
+        return output, json.load(handle)
+
+
+def test_ansible_playbook_reports_every_host_then_fails_the_broken_ones(fleet):
+    reset_trees(fleet)
+    report_path = str(fleet["work"] / "summary.json")
+    output, report = run_site(fleet, {"k3s_gpu_summary_path": report_path})
     totals = check_report(fleet, report, printed_summary(output))
     assert totals["changed"] == totals["ok"]  # a fresh fleet: every configured host changed
     counts = recap(output)
@@ -146,13 +152,7 @@ def test_ansible_playbook_reports_every_host_then_fails_the_broken_ones(fleet):
 
     # check mode on the converged fleet: the same rows, nothing would change, the JSON written all the same
     os.unlink(report_path)
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", fleet["inventory"],
-                           "--forks", "10", "--check", "-e", json.dumps(extra), "k3s_gpu.nvidia.site"],
-                          env=env(), capture_output=True, text=True, timeout=1800, check=False)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 2, output[-5000:]
-    with open(report_path, encoding="utf-8") as handle:
-        report = json.load(handle)
+    output, report = run_site(fleet, {"k3s_gpu_summary_path": report_path}, "--check")
     totals = check_report(fleet, report, printed_summary(output), check_mode=True)
     assert totals["changed"] == 0, [row for row in report["hosts"] if row["would_change"]]
 
@@ -201,15 +201,7 @@ def test_k3s_gpu_max_fail_percentage_stops_the_next_batches_and_the_report_still
     the failing host's is left untouched, and so is every one after it; their rows say why, the clusters are written
     as partial runs, and the run fails after the report."""
     reset_trees(fleet)
-    report_path = str(fleet["work"] / "batches.json")
-    extra = dict(SITE_VARS, k3s_gpu_summary_path=report_path, k3s_gpu_serial=8)
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", fleet["inventory"],
-                           "--forks", "10", "-e", json.dumps(extra), "k3s_gpu.nvidia.site"],
-                          env=env(), capture_output=True, text=True, timeout=1800, check=False)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 2, output[-5000:]
-    with open(report_path, encoding="utf-8") as handle:
-        report = json.load(handle)
+    output, report = run_site(fleet, {"k3s_gpu_summary_path": str(fleet["work"] / "batches.json"), "k3s_gpu_serial": 8})
     order = [node.name for node in fleet["nodes"] if node.role == "server"] + \
         [node.name for node in fleet["nodes"] if node.role == "agent"]  # the inventory's order: the batches'
     batch_of_failure = order.index(fleet["failing"]) // 8

@@ -47,6 +47,8 @@ LEFT_OUT = "left out"
 UNREACHABLE = "unreachable"
 FAILED = "failed"
 NO_GPU = "skipped"  # the role's status for a host without an NVIDIA GPU
+NOT_REACHED = "failed or unreachable"  # no result and nothing kept: a play without the site's rescue
+FAILING = (FAILED, UNREACHABLE, NOT_REACHED)  # the statuses that fail the run
 
 
 def row(host, result, check_mode=False, rollout=None, failure=None, left_out=None, cluster=""):
@@ -70,7 +72,7 @@ def row(host, result, check_mode=False, rollout=None, failure=None, left_out=Non
     elif left_out:
         status, result = LEFT_OUT, dict(result, msg=left_out)
     else:
-        status = "failed or unreachable"  # no result and nothing kept: a play without the site's rescue
+        status = NOT_REACHED
     # host_changed: set by the restart handler, whose own `changed` is the restart
     changed = bool(result.get("host_changed", result.get("changed"))) and not failed
     restarted = bool(result.get("restarted"))
@@ -236,7 +238,7 @@ def totals(rows, cluster_rows):
     def count(entries):
         found = {"hosts": len(entries), "ok": 0, "changed": 0, "failed": 0, "unreachable": 0, "no_gpu": 0, "left_out": 0}
         for entry in entries:
-            key = {FAILED: "failed", "failed or unreachable": "failed", UNREACHABLE: "unreachable", NO_GPU: "no_gpu",
+            key = {FAILED: "failed", NOT_REACHED: "failed", UNREACHABLE: "unreachable", NO_GPU: "no_gpu",
                    LEFT_OUT: "left_out"}.get(entry["status"], "ok")
             found[key] += 1
             found["changed"] += int(bool(entry["changed"] or entry["would_change"]))

@@ -106,3 +106,25 @@ def test_a_unit_flag_still_wins_over_the_files(tmp_path):
     facts, _reading = node(tmp_path, {"config.yaml": '"default-runtime": nvidia\n'})
     assert facts.reading["default_runtime"]["value"] == "crun", facts.reading["default_runtime"]
     assert os.path.basename(facts.reading["default_runtime"]["source"]) == "k3s.service"
+
+
+def test_on_the_host_containerd_config_yaml_decides_only_the_endpoint(tmp_path):
+    """k3s pointed at the host's containerd: that containerd's config sets the default runtime, not k3s's
+    default-runtime; a quoted key still counts for the endpoint check."""
+    files = {"config.yaml": "container-runtime-endpoint: /run/containerd/containerd.sock\n\"default-runtime\": nvidia\n"}
+    for name, text in files.items():
+        target = tmp_path / "etc" / "rancher" / "k3s" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    (tmp_path / "etc" / "containerd").mkdir(parents=True)
+    (tmp_path / "etc" / "containerd" / "config.toml").write_text("version = 2\n", encoding="utf-8")
+    (tmp_path / "usr" / "bin").mkdir(parents=True)
+    (tmp_path / "usr" / "bin" / "containerd").write_text("", encoding="utf-8")
+    (tmp_path / "var" / "lib" / "dpkg").mkdir(parents=True)
+    (tmp_path / "var" / "lib" / "dpkg" / "status").write_text(
+        "Package: containerd\nStatus: install ok installed\nVersion: 1.7.24~ds1-6+b4\n", encoding="utf-8")
+    reading = detect.gather(str(tmp_path), "k3s", RELEASES["k3s"])
+    assert reading["distribution"] == "containerd" and "k3s_config" in reading, reading.get("distribution")
+    facts = NodeFacts.from_reading(reading)
+    assert facts.reading["default_runtime"] == {"value": None, "source": None}
+    assert facts.reading["disabled_components"] == []
