@@ -124,10 +124,9 @@ def check_report(fleet, report, lines, check_mode=False):
 def run_site(fleet, extra, *options):
     """ansible-playbook k3s_gpu.nvidia.site on the fleet as users run it; (its output, the JSON report). rc 2: the run
     fails after its report, because of the broken hosts."""
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", fleet["inventory"],
-                           "--forks", "10"] + list(options) + ["-e", json.dumps(dict(SITE_VARS, **extra)),
-                                                                "k3s_gpu.nvidia.site"],
-                          env=env(), capture_output=True, text=True, timeout=1800, check=False)
+    argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", fleet["inventory"], "--forks", "10"]
+    argv += list(options) + ["-e", json.dumps(dict(SITE_VARS, **extra)), "k3s_gpu.nvidia.site"]
+    proc = subprocess.run(argv, env=env(), capture_output=True, text=True, timeout=1800, check=False)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 2, output[-5000:]
     with open(extra["k3s_gpu_summary_path"], encoding="utf-8") as handle:
