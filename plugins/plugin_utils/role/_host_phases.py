@@ -71,8 +71,9 @@ def decide(task, result, settings, task_vars):
     plan = host_step.plan_host(facts, plan_settings, host)
     if plan.selected:
         host_step.device_plugin_labels(settings, host)  # the sharing settings refused before any install
-    for message in plan.messages:
-        task.display.display(message)
+    # on the host's own result (AWX/AAP attaches it to the host; -v prints it), not printed on every run
+    if plan.messages:
+        result["msg"] = " ".join(plan.messages)
     cdi = host_step.cdi_due(facts, plan, settings)
     devices = device_steps(facts, plan, settings)
     due = plan.selected and bool(plan.mode.installs_or_removes or cdi or devices["dev_char_due"]
@@ -88,7 +89,9 @@ def decide(task, result, settings, task_vars):
     result = configure_node(task, result, settings, facts, plan, write=not restarts)
     if result.get("changed") and not result.get("failed") and not restarts:
         reason = restart.why_not(bool(task.check_mode), settings["restart"], plan.live, facts.units)
-        task.display.display(restart.not_restarted(task.host, facts.units[0] if facts.units else facts.distribution, reason))
+        line = restart.not_restarted(task.host, facts.units[0] if facts.units else facts.distribution, reason)
+        task.display.display(line)  # printed too: only where something changed, and it asks for an action
+        result["msg"] = " ".join(filter(None, [result.get("msg"), line]))
     return result
 
 
@@ -163,9 +166,12 @@ def configure_node(task, result, settings, facts, plan, write=True):
                       node=host_state.HostState(facts, plan, host_step.cdi_marker(settings)).to_result())
         return result
     result["warnings"].extend(runtimes.pop("warnings", None) or [])
-    for key in ("changed", "failed", "msg", "diff"):
+    for key in ("changed", "failed", "diff"):
         if key in runtimes:
             result[key] = runtimes[key]
+    if runtimes.get("msg"):  # after the plan's own messages, unless it is the failure
+        result["msg"] = runtimes["msg"] if runtimes.get("failed") else " ".join(filter(None, [result.get("msg"),
+                                                                                               runtimes["msg"]]))
     reboot = result.get("reboot_required", False)
     state = host_state.HostState(facts, plan, host_step.cdi_marker(settings), host_state.Changes.of_step(runtimes))
     result.update(host_step.node_result(plan, facts, runtimes), node=state.to_result())

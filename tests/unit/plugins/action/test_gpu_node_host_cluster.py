@@ -86,6 +86,26 @@ def test_a_change_no_handler_can_restart_is_written_by_the_host_step_which_says_
         assert second["changed"] is False and line not in [c.args[0] for c in shown.call_args_list]
 
 
+def test_a_host_without_a_gpu_says_so_on_its_own_result_and_prints_nothing(sandbox):
+    """Issue 44: the line of a host without a GPU was printed on every run, apart from the host; AWX/AAP could not attach
+    it. It is the host step's msg now (shown with -v and in the host's event), and nothing is printed."""
+    sandbox.k3s("k3s", "package")
+    before = sandbox.snapshot()
+    with mock.patch.object(gpu_node_host.display, "display") as shown:
+        result = host_step(sandbox, gpu_node_force=False)
+    assert result["status"] == "skipped" and not result.get("changed") and sandbox.snapshot() == before
+    assert result["msg"].startswith("gpu1: no NVIDIA GPU on the PCI bus and no NVIDIA driver loaded; nothing is changed")
+    assert shown.call_args_list == []
+
+
+@pytest.mark.parametrize("check_mode", [True, False])
+def test_the_line_of_a_restart_left_to_the_user_is_on_the_host_result_too(sandbox, check_mode):
+    sandbox.k3s("k3s", "package")
+    with mock.patch.object(gpu_node_host.display, "display"):
+        result = host_step(sandbox, check_mode=check_mode)
+    assert result["changed"] and "restart k3s to apply it" in result["msg"], result.get("msg")
+
+
 def test_a_change_that_can_be_restarted_is_written_by_the_configure_task(sandbox):
     """On a node k3s/rke2 can restart (here: restart.notified made true, the sandbox standing for /), the first task
     writes nothing and says configure_due; the configure phase then writes from that reading (its task notifies the
