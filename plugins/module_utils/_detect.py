@@ -406,8 +406,8 @@ def guess_distribution(fs, data_dir=None):
     found = []
     for distribution in (distro.K3S, distro.RKE2):
         paths = distro.distribution_paths(distribution, data_dir if data_dir else None)
-        if (find_binary(fs, distribution) or find_units(fs, distribution)
-                or fs.is_dir(paths["data_dir"] + "/agent")):
+        installed = find_binary(fs, distribution) or find_units(fs, distribution)
+        if installed or fs.is_dir(paths["data_dir"] + "/agent"):
             found.append(distribution)
     if len(found) == 1:
         return found[0], found

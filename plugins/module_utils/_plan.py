@@ -522,8 +522,8 @@ def _plan_runtimes(plan, wanted, renders, target, label):
         if rendered is None:
             plan["write"].append(runtime)
             continue
-        same = (rendered["binary"] == runtime["binary"] and rendered["runtime_type"] == runtime["runtime_type"]
-                and not runtime["options"] and runtime["systemd_cgroup"] is None)
+        unchanged_table = not runtime["options"] and runtime["systemd_cgroup"] is None
+        same = rendered["binary"] == runtime["binary"] and rendered["runtime_type"] == runtime["runtime_type"] and unchanged_table
         if same:
             plan["skip"].append({"name": runtime["name"], "reason": "%s detects %s and renders this runtime itself" % (
                 label, rendered["binary"])})

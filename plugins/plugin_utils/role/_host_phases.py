@@ -170,8 +170,8 @@ def configure_node(task, result, settings, facts, plan, write=True):
         if key in runtimes:
             result[key] = runtimes[key]
     if runtimes.get("msg"):  # after the plan's own messages, unless it is the failure
-        result["msg"] = runtimes["msg"] if runtimes.get("failed") else " ".join(filter(None, [result.get("msg"),
-                                                                                               runtimes["msg"]]))
+        said = [runtimes["msg"]] if runtimes.get("failed") else [result.get("msg"), runtimes["msg"]]
+        result["msg"] = " ".join(filter(None, said))
     reboot = result.get("reboot_required", False)
     state = host_state.HostState(facts, plan, host_step.cdi_marker(settings), host_state.Changes.of_step(runtimes))
     result.update(host_step.node_result(plan, facts, runtimes), node=state.to_result())
