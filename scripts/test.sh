@@ -19,12 +19,13 @@ cd "$ROOT"
 export COLUMNS=${COLUMNS:-200}
 
 # Stages in run order. To add one: write stage_<name>() below, add <name> here and a description.
-STAGES=(setup lint units sanity integration conformance kubernetes molecule)
+STAGES=(setup lint release units sanity integration conformance kubernetes molecule)
 # Run only when named (scripts/test.sh kubernetes-1.34): CI runs the newer Kubernetes line.
 EXTRA_STAGES=(kubernetes-1.34)
 declare -A STAGE_DESC=(
     [setup]="apt packages, venvs, get-pip seed, collection paths"
     [lint]="yamllint, shellcheck, ansible-lint production, antsibull-changelog/-docs lint, ansible-doc"
+    [release]="the Galaxy artifact: build, its contents and links, galaxy-importer (0 errors/warnings), install, the demo from it"
     [units]="pytest (2.19); ansible-test units 2.19/py3.11 and 2.21/py3.12"
     [sanity]="ansible-test sanity 2.19/py3.11 and 2.21/py3.12; compile+import on py3.8"
     [integration]="ansible-test integration 2.19/py3.11; site's report on a sandbox fleet (tests/fleet)"
@@ -43,6 +44,8 @@ PY_TARGET_MIN=3.8                 # oldest target Python of ansible-core 2.19 (m
 PYBIN=$ROOT/.tmp/pybin            # pythonX.Y links to real interpreters (pyenv shims fail there)
 VENV=$ROOT/.venv
 VENV_NEW=$ROOT/.venv-2.21
+VENV_IMPORTER=$ROOT/.venv-importer  # galaxy-importer (release stage), pinned apart
+RELEASE_DIR=$ROOT/.tmp/release
 COLL_PATH=$ROOT/.tmp/collections  # ansible_collections/k3s_gpu/nvidia -> the checkout (symlink)
 AT_DIR=$ROOT/.tmp/ansible-test/ansible_collections/$NS/$NAME  # real copy, for ansible-test
 
@@ -168,6 +171,63 @@ stage_lint() {
     check "ansible-builder create (the sample execution environment)" \
         ansible-builder create -f "$ROOT/execution-environment.yml" -c "$ROOT/.tmp/ee-context"
     check "ansible-builder introspect (the collection's requirements in any execution environment)" ee_introspect
+    checks_result
+}
+
+# ------------------------------------------------------------------ release
+# The artifact a user installs from Galaxy, built from the git-visible copy (AT_DIR) as ansible-galaxy builds it.
+release_artifact() {
+    local version
+    version=$(python -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["version"])' "$ROOT/galaxy.yml")
+    printf '%s/%s-%s-%s.tar.gz' "$RELEASE_DIR" "$NS" "$NAME" "$version"
+}
+
+release_build() {
+    rm -rf "$RELEASE_DIR"
+    mkdir -p "$RELEASE_DIR"
+    ansible-galaxy collection build --output-path "$RELEASE_DIR" "$AT_DIR"
+    python "$ROOT/scripts/check-artifact.py" "$(release_artifact)"
+}
+
+# Galaxy's importer with what Automation Hub turns on (1.0.0 or newer, a required tag, flake8): no error, no warning.
+release_import() {
+    local out rc=0
+    out=$(cd "$RELEASE_DIR" && env PATH="$VENV_IMPORTER/bin:$PATH" GALAXY_IMPORTER_REQUIRE_V1_OR_GREATER=true \
+        GALAXY_IMPORTER_CHECK_REQUIRED_TAGS=true GALAXY_IMPORTER_RUN_FLAKE8=true \
+        "$VENV_IMPORTER/bin/python" -m galaxy_importer.main "$(release_artifact)" 2>&1) || rc=$?
+    printf '%s\n' "$out" | grep -v '^Loading \|^Linting .* via flake8\.\.\.$'
+    ((rc == 0)) || { log "galaxy-importer exited $rc"; return 1; }
+    if grep -qE '^(WARNING|ERROR)' <<<"$out"; then
+        log "galaxy-importer: $(grep -cE '^(WARNING|ERROR)' <<<"$out") warnings or errors (above)"
+        return 1
+    fi
+    grep -q 'Importer processing completed successfully' <<<"$out"
+}
+
+# Installed into an empty collections path, with nothing of the checkout on it: the demo runs from the installed copy
+# (its node built by the installed demo/make-node.sh) and its second write changes nothing (demo.yml fails otherwise).
+release_install_demo() {
+    local installed=$RELEASE_DIR/installed node=$RELEASE_DIR/demo-node out
+    ansible-galaxy collection install --offline -p "$installed" "$(release_artifact)"
+    local copy=$installed/ansible_collections/$NS/$NAME
+    ansible-galaxy collection list -p "$installed" "$FQ" | grep -E "^$FQ +[0-9]"
+    bash "$copy/demo/make-node.sh" "$node"
+    printf 'demo ansible_connection=local ansible_python_interpreter=%s demo_root=%s\n' "$VENV/bin/python" "$node" \
+        >"$RELEASE_DIR/demo-inventory.ini"
+    unset ANSIBLE_COLLECTIONS_PATHS
+    out=$(cd "$RELEASE_DIR" && ANSIBLE_COLLECTIONS_PATH=$installed ANSIBLE_NOCOWS=1 \
+        ansible-playbook -i "$RELEASE_DIR/demo-inventory.ini" "$copy/demo/demo.yml")
+    printf '%s\n' "$out"
+    grep -q 'second run changed: False' <<<"$out" && grep -qE 'demo +: ok=[0-9]+ +changed=1 .*failed=0' <<<"$out"
+}
+
+stage_release() {
+    venv_ensure "$VENV_IMPORTER" "$(find_python "$PY_MAIN")" tests/requirements-release.txt
+    use_venv "$VENV"
+    check "build the Galaxy artifact; no repository-only path, every link resolves inside it, its version released" \
+        release_build
+    check "galaxy-importer on the artifact (Automation Hub's checks): 0 errors, 0 warnings" release_import
+    check "install the artifact into an empty collections path and run the demo from it" release_install_demo
     checks_result
 }
 
