@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: containerd_runtime_blocks
 short_description: Render containerd runtime tables for your own containerd config or k3s template
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Renders the C([plugins...containerd.runtimes.<name>]) table and its C(.options) table for each runtime,
     for containerd config schema 2 (C(io.containerd.grpc.v1.cri)), 3 or 4 (C(io.containerd.cri.v1.runtime)).

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: gpu_operator_manifest
 short_description: Render the GPU Operator HelmChart as manifest text
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Takes a P(k3s_gpu.nvidia.gpu_operator_plan#filter) result and returns the text of one manifest for the k3s/rke2
     auto-deploy directory (C(<data-dir>/server/manifests/)).

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: gpu_operator_plan
 short_description: Decide the NVIDIA GPU Operator HelmChart of one k3s or rke2 cluster
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Returns the C(helm.cattle.io/v1) HelmChart that installs NVIDIA's GPU Operator on a k3s or rke2 cluster when at least
     one of its GPU nodes is in operator mode, with chart values that fit k3s/rke2 - the toolkit signals containerd at

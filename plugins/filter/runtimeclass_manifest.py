@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: runtimeclass_manifest
 short_description: Render RuntimeClass objects as one multi-document YAML manifest
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Takes the result of P(k3s_gpu.nvidia.runtimeclass_plan#filter) (or its C(manifests) list) and returns the text
     of one manifest for the k3s/rke2 auto-deploy directory (C(<data-dir>/server/manifests/)) or for C(kubectl apply).

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: runtimeclass_plan
 short_description: Decide which NVIDIA RuntimeClass objects a k3s or rke2 cluster needs
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Returns one C(node.k8s.io/v1) RuntimeClass (name and handler equal) for each NVIDIA runtime handler
     (C(nvidia), C(nvidia-cdi), C(nvidia-legacy), C(nvidia-experimental)) that at least one node has.

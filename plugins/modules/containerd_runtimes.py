@@ -11,7 +11,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: containerd_runtimes
 short_description: Write the containerd runtime blocks a k3s, rke2 or containerd node is missing, where that release reads them
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Adds containerd runtime handlers for NVIDIA container runtimes (or any runc-compatible runtime) to a
     k3s or rke2 node, or to a plain containerd node, without ever declaring a table the k3s/rke2 base

@@ -12,7 +12,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: fleet_summary
 short_description: Internal - the summary of the k3s_gpu.nvidia.site playbook
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - B(Internal to the playbook k3s_gpu.nvidia.site; its options and results may change without notice.)
   - One row and one line per host from its C(gpu_node_result) - what changed, or would change in check mode, whether a

@@ -11,7 +11,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpu_cluster
 short_description: Internal - the cluster objects of k3s_gpu.nvidia's playbooks, once per cluster
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - B(Internal to the playbooks k3s_gpu.nvidia.site, k3s_gpu.nvidia.runtimeclasses and k3s_gpu.nvidia.gpu_operator; its
     options and results may change without notice.) Use the playbooks.

@@ -11,7 +11,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpu_device_holders
 short_description: List the processes of a node that hold an NVIDIA device open
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - Reads every C(<proc>/<pid>/fd) of the node and reports the processes that hold an NVIDIA device open, with the
     pod and container they run in. A driver cannot be unloaded or replaced while one does - the drain before a driver

@@ -12,7 +12,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpu_doctor
 short_description: Internal - the report of the k3s_gpu.nvidia.doctor playbook
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - B(Internal to the playbook k3s_gpu.nvidia.doctor; its options and results may change without notice.) Use the playbook.
   - Takes each node's layers (C(k3s_gpu.nvidia.gpu_node_host) O(k3s_gpu.nvidia.gpu_node_host#module:phase=doctor)),

@@ -11,7 +11,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpu_node_host
 short_description: Internal - the k3s_gpu.nvidia.gpu_node role's step on one host
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - B(Internal to the role k3s_gpu.nvidia.gpu_node; its options and results may change without notice.) Use the role.
   - Reads the node (M(k3s_gpu.nvidia.runtime_info)), decides what the role does on it, and when nothing has to be

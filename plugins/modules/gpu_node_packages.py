@@ -11,7 +11,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpu_node_packages
 short_description: Internal - the k3s_gpu.nvidia.gpu_node role's package step on one host
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - B(Internal to the role k3s_gpu.nvidia.gpu_node; its options and results may change without notice.) Use the role.
   - O(state=present) adds NVIDIA's signed repository of the O(source) (the key downloaded to a temporary file and

@@ -11,7 +11,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpu_rollout
 short_description: Internal - the safe rollout of the gpu_node role's disruptive changes
-version_added: 0.3.0
+version_added: 1.0.0
 description:
   - B(Internal to the role k3s_gpu.nvidia.gpu_node and the playbook k3s_gpu.nvidia.site; its options and results may
     change without notice.) Use the role (its C(drain) and C(prove) entry points for a change of yours).

@@ -11,7 +11,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpu_verify
 short_description: Internal - the decisions of the k3s_gpu.nvidia.verify playbook
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - B(Internal to the playbook k3s_gpu.nvidia.verify; its options and results may change without notice.) Use the playbook.
   - V(choose) picks the NVIDIA RuntimeClasses and the nodes that advertise C(nvidia.com/gpu) from the API's objects, says

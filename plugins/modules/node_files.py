@@ -11,7 +11,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: node_files
 short_description: Internal - write or remove several files of a node in one round trip, each only if still as read
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - B(Internal to M(k3s_gpu.nvidia.containerd_runtimes) and the role k3s_gpu.nvidia.gpu_node; its options and results may
     change without notice.)

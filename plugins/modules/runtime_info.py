@@ -11,7 +11,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: runtime_info
 short_description: Detect NVIDIA container runtimes exactly as the node's k3s or rke2 release will
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reads a node (or a sandbox tree under O(root)) and reports which NVIDIA container runtimes
     (C(nvidia), C(nvidia-cdi), C(nvidia-legacy), C(nvidia-experimental)) are installed, and which of
