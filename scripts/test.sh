@@ -26,7 +26,7 @@ declare -A STAGE_DESC=(
     [setup]="apt packages, venvs, get-pip seed, collection paths"
     [lint]="yamllint, shellcheck, ansible-lint production, antsibull-changelog/-docs lint, ansible-doc"
     [release]="the Galaxy artifact: build, its contents and links, galaxy-importer (0 errors/warnings), install, the demo from it"
-    [units]="pytest (2.19); ansible-test units 2.19/py3.11 and 2.21/py3.12"
+    [units]="pytest (2.19); ansible-test units 2.19/py3.11, 2.20/py3.12 and 2.21/py3.12"
     [sanity]="ansible-test sanity 2.19/py3.11 and 2.21/py3.12; compile+import on py3.8"
     [integration]="ansible-test integration 2.19/py3.11; site's report on a sandbox fleet (tests/fleet)"
     [conformance]="real containerd 1.6/1.7/2.1 (Debian) and 2.2/2.3 (built): config dump, CRI, pods; nvidia-ctk; Helm"
@@ -44,6 +44,7 @@ PY_TARGET_MIN=3.8                 # oldest target Python of ansible-core 2.19 (m
 PYBIN=$ROOT/.tmp/pybin            # pythonX.Y links to real interpreters (pyenv shims fail there)
 VENV=$ROOT/.venv
 VENV_NEW=$ROOT/.venv-2.21
+VENV_MID=$ROOT/.venv-2.20           # ansible-core 2.20 (Python 3.12): requires_ansible >=2.19 covers it
 VENV_IMPORTER=$ROOT/.venv-importer  # galaxy-importer (release stage), pinned apart
 RELEASE_DIR=$ROOT/.tmp/release
 COLL_PATH=$ROOT/.tmp/collections  # ansible_collections/k3s_gpu/nvidia -> the checkout (symlink)
@@ -71,8 +72,10 @@ stage_setup() {
     ln -sfn "$py_min" "$PYBIN/python$PY_TARGET_MIN"
     venv_ensure "$VENV" "$py_main" requirements.txt tests/requirements.txt
     venv_ensure "$VENV_NEW" "$py_new" tests/requirements-2.21.txt
+    venv_ensure "$VENV_MID" "$py_new" tests/requirements-2.20.txt
     seed_get_pip "$VENV"
     seed_get_pip "$VENV_NEW"
+    seed_get_pip "$VENV_MID"
 
     local link=$COLL_PATH/ansible_collections/$NS/$NAME
     mkdir -p "$(dirname "$link")"
@@ -86,7 +89,7 @@ stage_setup() {
     log "collection path (symlink): $link"
     log "ansible-test copy: $AT_DIR ($count files)"
     local v
-    for v in "$VENV" "$VENV_NEW"; do
+    for v in "$VENV" "$VENV_MID" "$VENV_NEW"; do
         log "$v: ansible-core $("$v/bin/python" -c 'from ansible.release import __version__ as v; print(v)')"
     done
 }
@@ -240,6 +243,7 @@ stage_units() {
     check "pytest tests/unit (ansible-core 2.19, py$PY_MAIN)" \
         env PYTHONPATH="$COLL_PATH" "$VENV/bin/python" -m pytest tests/unit -q
     check "ansible-test units (2.19, py$PY_MAIN)" ansible_test "$VENV" units --venv --python "$PY_MAIN"
+    check "ansible-test units (2.20, py$PY_NEW)" ansible_test "$VENV_MID" units --venv --python "$PY_NEW"
     check "ansible-test units (2.21, py$PY_NEW)" ansible_test "$VENV_NEW" units --venv --python "$PY_NEW"
     checks_result
 }
