@@ -134,6 +134,15 @@ FEATURES = {
         "*": ALL, "1.28": NEVER, "1.29": NEVER, "1.30": NEVER,
         "1.31": "v1.31.13", "1.32": "v1.32.9", "1.33": "v1.33.5", "1.34": "v1.34.1",
     },
+    # --- Dynamic Resource Allocation (docs/dra.md; ../shared/reference/dra-and-field-2026-12.md A1, A2)
+    # resource.k8s.io/v1 served and DRA on with no flag from Kubernetes 1.34 (GA); NVIDIA's DRA driver asks for
+    # 1.34.2+ (its prerequisites.md). k3s/rke2 pass no feature gate to the control plane, so upstream's defaults hold.
+    "dra": {"*": ALL, "1.28": NEVER, "1.29": NEVER, "1.30": NEVER, "1.31": NEVER, "1.32": NEVER, "1.33": NEVER,
+            "1.34": "v1.34.2"},
+    # DRAExtendedResource (KEP-5004) beta and on by default from 1.36: a pod asking nvidia.com/gpu is served by a DRA
+    # driver whose DeviceClass names that resource (alpha, off, in 1.34 and 1.35: pkg/features/kube_features.go)
+    "dra_extended_resource": {"*": ALL, "1.28": NEVER, "1.29": NEVER, "1.30": NEVER, "1.31": NEVER, "1.32": NEVER,
+                              "1.33": NEVER, "1.34": NEVER, "1.35": NEVER},
     # RuntimeClass objects shipped by the distribution: k3s manifests/runtimes.yaml (#8936);
     # rke2 chart rke2-runtimeclasses (rancher/rke2 #7382)
     "runtimeclasses": {
@@ -369,7 +378,8 @@ def distribution_paths(distribution, data_dir=None):
 OPERATOR_MANIFEST = "k3s-gpu-nvidia-gpu-operator.yaml"
 RUNTIMECLASS_MANIFEST = "k3s-gpu-nvidia-runtimeclasses.yaml"
 DEVICE_PLUGIN_MANIFEST = "k3s-gpu-nvidia-device-plugin.yaml"
-COLLECTION_MANIFESTS = (OPERATOR_MANIFEST, RUNTIMECLASS_MANIFEST, DEVICE_PLUGIN_MANIFEST)
+DRA_DRIVER_MANIFEST = "k3s-gpu-nvidia-dra-driver.yaml"
+COLLECTION_MANIFESTS = (OPERATOR_MANIFEST, RUNTIMECLASS_MANIFEST, DEVICE_PLUGIN_MANIFEST, DRA_DRIVER_MANIFEST)
 
 
 # --- versions ------------------------------------------------------------------------------------

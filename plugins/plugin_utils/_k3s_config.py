@@ -28,7 +28,9 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sG
 
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # keys whose value is a list (k3s's string-slice flags among those read here)
-LIST_KEYS = ("disable",)
+LIST_KEYS = ("disable", "kubelet-arg")
+# kubelet's own root dir, where k3s/rke2 start it without --root-dir (a DRA driver registers below it)
+KUBELET_ROOT_DIR = "/var/lib/kubelet"
 
 
 def _text(value: Any) -> str:
@@ -131,7 +133,24 @@ def apply(reading: Dict[str, Any]) -> Dict[str, Any]:
     if isinstance(default, dict) and not (unit and default.get("source") == unit):
         runtime, source = value("default-runtime")  # a flag on the unit's ExecStart wins over the files
         reading["default_runtime"] = {"value": runtime, "source": source if runtime else None}
+    reading["kubelet_root_dir"] = kubelet_root_dir(values, reading)
     disabled = list(values.get("disable", ([], None))[0])
     reading["disabled_components"] = disabled
     reading["runtimeclasses_disabled"] = distro.RUNTIMECLASS_SOURCES[distribution]["disable"] in disabled
     return reading
+
+
+def kubelet_root_dir(values: Mapping[str, Tuple[Any, str]], reading: Mapping[str, Any]) -> str:
+    """kubelet's root dir as k3s/rke2 start it: `kubelet-arg: root-dir=<dir>` (the last one wins, as kubelet's flag
+    parser takes it), else <data-dir>/agent/kubelet for rootless k3s (pkg/daemons/agent), else kubelet's default."""
+    found = None
+    for item in values.get("kubelet-arg", ([], None))[0]:
+        name, _sep, setting = item.lstrip("-").partition("=")
+        if name == "root-dir" and setting.strip():
+            found = setting.strip()
+    if found:
+        return found
+    rootless = values.get("rootless")
+    if rootless and _text(rootless[0]).strip().lower() in TRUE:
+        return "%s/agent/kubelet" % ((reading.get("paths") or {}).get("data_dir") or "/var/lib/rancher/k3s")
+    return KUBELET_ROOT_DIR

@@ -31,6 +31,13 @@ NVIDIA_HANDLERS = tuple(name for name, _binary in distro.NVIDIA_RUNTIMES)
 HANDLER_LABEL_PREFIX = "k3s-gpu.nvidia/handler."
 HANDLER_LABEL_VALUE = "true"
 
+# The gpu_node role labels each GPU node with how its GPUs are allocated (gpu_node_allocation): NVIDIA's device plugin
+# and NVIDIA's DRA driver select disjoint nodes by it, so that the two never hand out one GPU twice.
+ALLOCATION_LABEL = "k3s-gpu.nvidia/gpu-allocation"
+ALLOCATION_DEVICE_PLUGIN = "device_plugin"
+ALLOCATION_DRA = "dra"
+ALLOCATIONS = (ALLOCATION_DEVICE_PLUGIN, ALLOCATION_DRA)
+
 # Kubernetes validation rules (k8s.io/apimachinery/pkg/util/validation): DNS-1123 label and
 # subdomain, qualified name (label key), label value.
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")  # also namespace names

@@ -111,6 +111,27 @@ DEVICE_PLUGIN_VERSIONS = {
 # alpha in 1.28 (feature gate off), beta and on by default from 1.29, GA in 1.31.
 DEVICE_PLUGIN_CDI_CRI_KUBERNETES = "1.29"
 
+# --- NVIDIA's DRA driver for GPUs (gpu_node_allocation: dra) ---------------------------------------------
+# Chart dra-driver-nvidia-gpu of kubernetes-sigs/dra-driver-nvidia-gpu (NVIDIA's driver, moved from
+# NVIDIA/k8s-dra-driver-gpu); published at oci://registry.k8s.io/dra-driver-nvidia/charts (site/content/docs/upgrade.md).
+# A HelmChart takes an OCI chart as spec.chart oci://... with spec.version and no repo (k3s-io/helm-controller #320).
+# Sources: ../shared/reference/dra-and-field-2026-12.md A2, ../shared/charts/README.md.
+DRA_DRIVER_CHART = {
+    "name": "dra-driver-nvidia-gpu",
+    "repo": "oci://registry.k8s.io/dra-driver-nvidia/charts",
+    "default_version": "0.4.1",
+    "driver": "gpu.nvidia.com",  # the driver's name in ResourceSlices, its DeviceClass and its CDI kind's vendor
+    "device_class": "gpu.nvidia.com",
+}
+# version -> the chart at that tag: its commit and default image (values.yaml image.repository, tag v<appVersion>)
+DRA_DRIVER_VERSIONS = {
+    # rendered by the conformance tests (shared charts/dra-driver-nvidia-gpu-0.4.1.tgz); Chart.yaml kubeVersion >=1.32
+    "0.4.1": {"commit": "764900e7833798a1528bd52a2af3e1b2d5f7a616",
+              "image": "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"},
+}
+# nvidiaDriverRoot: where the driver's files are on the node (a host install, or the GPU Operator's driver container)
+DRA_DRIVER_ROOTS = {"host": "/", "operator": "/run/nvidia/driver"}
+
 # --- NVIDIA packages (the gpu_node role's installs) -----------------------------------------------------
 # The container toolkit: every package pinned to one version together (the toolkit pins -base and the tools to
 # its own version, but the tools take any newer libnvidia-container1). The operator extensions are the only

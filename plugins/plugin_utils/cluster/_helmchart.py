@@ -43,6 +43,9 @@ def helmchart(name, chart, values, target_namespace, static_charts_dir, extra_sp
     if chart.get("archive"):
         spec["chart"] = STATIC_CHARTS_URL + chart["archive"]
         archive_path = posixpath.join(static_charts_dir, chart["archive"])
+    elif chart["repo"].startswith("oci://"):
+        # an OCI registry: the chart's reference in spec.chart, no repo (helm-controller pulls it as `helm pull oci://`)
+        spec.update({"chart": "%s/%s" % (chart["repo"].rstrip("/"), chart["name"]), "version": chart["version"]})
     else:
         spec.update({"chart": chart["name"], "repo": chart["repo"], "version": chart["version"]})
     spec["targetNamespace"] = target_namespace

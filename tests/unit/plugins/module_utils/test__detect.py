@@ -391,6 +391,7 @@ def test_the_collections_manifests_are_read_as_digests_never_as_text(sandbox):
     found = detect.gather(sandbox.root, "k3s", "v1.31.6+k3s1")["manifests"]
     assert sorted((name, entry["path"], entry["state"]) for name, entry in found.items()) == [
         ("k3s-gpu-nvidia-device-plugin.yaml", manifests + "/k3s-gpu-nvidia-device-plugin.yaml", "directory"),
+        ("k3s-gpu-nvidia-dra-driver.yaml", manifests + "/k3s-gpu-nvidia-dra-driver.yaml", "absent"),
         ("k3s-gpu-nvidia-gpu-operator.yaml", manifests + "/k3s-gpu-nvidia-gpu-operator.yaml", "absent"),
         ("k3s-gpu-nvidia-runtimeclasses.yaml", manifests + "/k3s-gpu-nvidia-runtimeclasses.yaml", "file")]
     written = found["k3s-gpu-nvidia-runtimeclasses.yaml"]
@@ -402,7 +403,7 @@ def test_an_agent_has_none_of_the_manifests_and_plain_containerd_no_list(sandbox
     sandbox.k3s("rke2", "package")
     found = detect.gather(sandbox.root, "rke2", "v1.31.6+rke2r1")["manifests"]
     assert sorted(found) == sorted(["k3s-gpu-nvidia-gpu-operator.yaml", "k3s-gpu-nvidia-runtimeclasses.yaml",
-                                    "k3s-gpu-nvidia-device-plugin.yaml"])
+                                    "k3s-gpu-nvidia-device-plugin.yaml", "k3s-gpu-nvidia-dra-driver.yaml"])
     assert set(entry["state"] for entry in found.values()) == {"absent"}
     assert all(entry["path"].startswith("/var/lib/rancher/rke2/server/manifests/") for entry in found.values())
     sandbox.binary("/usr/local/bin/containerd")
