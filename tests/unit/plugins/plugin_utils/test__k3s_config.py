@@ -128,3 +128,23 @@ def test_on_the_host_containerd_config_yaml_decides_only_the_endpoint(tmp_path):
     facts = NodeFacts.from_reading(reading)
     assert facts.reading["default_runtime"] == {"value": None, "source": None}
     assert facts.reading["disabled_components"] == []
+
+
+# kubelet's root dir (a DRA driver registers below it): kubelet-arg as k3s hands it on, rootless k3s, the default
+ROOT_DIRS = [
+    ("no config", {}, "/var/lib/kubelet"),
+    ("other kubelet args", {"config.yaml": "kubelet-arg: [max-pods=200]\n"}, "/var/lib/kubelet"),
+    ("root-dir", {"config.yaml": "kubelet-arg:\n  - root-dir=/data/kubelet\n  - max-pods=200\n"}, "/data/kubelet"),
+    ("dashes and a drop-in that appends, the last wins", {
+        "config.yaml": "kubelet-arg: ['--root-dir=/a']\n", "config.yaml.d/50-b.yaml": "kubelet-arg+: [root-dir=/b]\n"},
+     "/b"),
+    ("a drop-in that replaces the list", {"config.yaml": "kubelet-arg: [root-dir=/a]\n",
+                                          "config.yaml.d/50-b.yaml": "kubelet-arg: [max-pods=10]\n"}, "/var/lib/kubelet"),
+    ("rootless", {"config.yaml": "rootless: true\n"}, "/var/lib/rancher/k3s/agent/kubelet"),
+]
+
+
+@pytest.mark.parametrize("form, files, root", ROOT_DIRS, ids=[form[0] for form in ROOT_DIRS])
+def test_kubelet_root_dir_as_kubelet_gets_it(tmp_path, form, files, root):
+    facts, _reading = node(tmp_path, files)
+    assert facts.reading["kubelet_root_dir"] == root, form
