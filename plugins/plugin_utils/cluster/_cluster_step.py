@@ -23,7 +23,9 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as device_plugin
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _dra_driver as dra_driver
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _runtimeclasses as runtimeclasses
@@ -37,7 +39,7 @@ DEVICE_PLUGIN = "device_plugin"
 OBJECTS = (GPU_OPERATOR, RUNTIMECLASSES, DEVICE_PLUGIN)
 RUNTIMECLASS_MANIFEST = distro.RUNTIMECLASS_MANIFEST
 OPERATOR_MANIFEST = gpu_operator.MANIFEST_FILE
-MANIFESTS = (OPERATOR_MANIFEST, RUNTIMECLASS_MANIFEST, device_plugin.MANIFEST_FILE)
+MANIFESTS = (OPERATOR_MANIFEST, RUNTIMECLASS_MANIFEST, device_plugin.MANIFEST_FILE, dra_driver.MANIFEST_FILE)
 # what the verify playbook cannot tell without a cluster
 NOT_CHECKED_OFFLINE = ("whether k3s/rke2 applied the manifests and helm-controller installed the charts",
                        "the nodes' allocatable nvidia.com/gpu", "a GPU pod (runtimeClassName and nvidia.com/gpu: 1)")
@@ -62,9 +64,10 @@ OPERATOR_VARS = ("gpu_node_operator_state", "gpu_node_operator_chart_version", "
                  "gpu_node_operator_chart_archive", "gpu_node_operator_namespace", "gpu_node_operator_cdi",
                  "gpu_node_operator_driver", "gpu_node_operator_toolkit", "gpu_node_operator_values",
                  "gpu_node_operator_helmchart_spec")
-DEVICE_PLUGIN_VARS = device_plugin.ROLE_VARS
+# the GPU allocation objects (DEVICE_PLUGIN): NVIDIA's device plugin and, for gpu_node_allocation=dra, its DRA driver
+DEVICE_PLUGIN_VARS = device_plugin.ROLE_VARS + dra_driver.ROLE_VARS
 SERVER_VARS = ("gpu_node_root", "gpu_node_distribution", "gpu_node_release", "gpu_node_newer_release", "gpu_node_data_dir")
-NODE_VARS = ("gpu_node_mode", "gpu_node_driver_install")
+NODE_VARS = ("gpu_node_mode", "gpu_node_driver_install", "gpu_node_allocation")
 
 
 def read_settings(values):
@@ -185,13 +188,15 @@ def node_reports(hosts, host_vars, read_node_vars):
         else:
             handlers, present, cdi = None, False, {}
         node = {"host": host, "handlers": handlers, "gpu_operator": present, "cdi_enabled": bool(cdi.get("enabled")),
-                "cdi_spec": bool(cdi.get("spec")), "config": (result or {}).get("device_plugin_config") or ""}
+                "cdi_spec": bool(cdi.get("spec")), "config": (result or {}).get("device_plugin_config") or "",
+                "dra": (result or {}).get("dra") or None}
         # the host step resolved them in this run (gpu_node_result.settings): no need to read the host's variables again
         known = (result or {}).get("settings")
-        if isinstance(known, dict) and "mode" in known and "driver_install" in known:
-            node.update(mode=known["mode"], driver_install=known["driver_install"])
+        if isinstance(known, dict) and all(key in known for key in ("mode", "driver_install", "allocation")):
+            node.update(mode=known["mode"], driver_install=known["driver_install"], allocation=known["allocation"])
         else:
             node.update(read_node_vars(host))
+        node.setdefault("allocation", k8s_labels.ALLOCATION_DEVICE_PLUGIN)
         nodes.append(node)
     return nodes, complete
 
@@ -229,7 +234,7 @@ def decide(cluster, server, nodes, settings, operator_settings, objects, root="/
     result = {"cluster": cluster["name"], "writer": cluster["writer"], "complete": complete,
               "distribution": server.distribution, "release": server.release,
               "nodes": [n["host"] for n in nodes], "files": [], "messages": [], "chart_archives": [],
-              "gpu_operator": None, "runtimeclasses": None, "device_plugin": None}
+              "gpu_operator": None, "runtimeclasses": None, "device_plugin": None, "dra_driver": None}
     mode_nodes = [{"host": n["host"], "mode": n["mode"], "driver_install": n["driver_install"]} for n in nodes]
     operator_plan = gpu_operator.plan_cluster(server, _plan_settings(operator_settings), mode_nodes)
     if GPU_OPERATOR in objects:
@@ -253,6 +258,7 @@ def decide(cluster, server, nodes, settings, operator_settings, objects, root="/
             available += [m["metadata"]["name"] for m in classes["manifests"]]
         result["device_plugin"] = _device_plugin_files(result, server, nodes, plugin_settings or {}, operator_plan["wanted"],
                                                        sorted(set(available)), paths, prefix, complete)
+        result["dra_driver"] = _dra_driver_files(result, server, nodes, plugin_settings or {}, paths, prefix, complete)
     return result
 
 
@@ -331,11 +337,14 @@ def _device_plugin_files(result, server, nodes, plugin_settings, operator_wanted
     gpu_nodes = [device_plugin.PluginNode(host=n["host"], cdi_enabled=n["cdi_enabled"], cdi_spec=n["cdi_spec"],
                                           handlers=tuple(n["handlers"]) if n["handlers"] is not None else None,
                                           config=n["config"])
-                 for n in nodes if n["mode"] == gpu_operator.MODE_HOST and n["handlers"] is not None]
+                 for n in nodes if n["mode"] == gpu_operator.MODE_HOST and n["handlers"] is not None
+                 and n.get("allocation") != k8s_labels.ALLOCATION_DRA]
     wanted = state == "present" and not operator_wanted and bool(gpu_nodes)
     report = {"wanted": wanted, "manifest": path}
     if wanted:
-        plan = device_plugin.plan_cluster(server, device_plugin.settings_of_role(plugin_settings), gpu_nodes, available)
+        dra_nodes = any(n.get("allocation") == k8s_labels.ALLOCATION_DRA for n in nodes)
+        plan = device_plugin.plan_cluster(server, device_plugin.settings_of_role(plugin_settings), gpu_nodes, available,
+                                          dra_nodes)
         sharing = (plan["values"].get("config") or {}).get("map") or {}
         report.update(chart_version=plan["chart_version"], runtime_class=plan["runtime_class"],
                       device_list_strategy=plan["device_list_strategy"], device_list_reason=plan["device_list_reason"],
@@ -350,9 +359,39 @@ def _device_plugin_files(result, server, nodes, plugin_settings, operator_wanted
         result["files"].append({"path": path, "state": "absent"})
         result["messages"].append("no device plugin from this collection (%s)" % (
             "the GPU Operator brings its own" if operator_wanted else "gpu_node_device_plugin_state=absent"
-            if state != "present" else "no host-mode GPU node"))
+            if state != "present" else "no host-mode GPU node with gpu_node_allocation=device_plugin"))
     else:
         result["messages"].append("device plugin manifest left as it is: this run does not see every GPU node of the "
+                                  "cluster (--limit, or a node failed), and only a full run removes it")
+    return report
+
+
+def _dra_driver_files(result, server, nodes, plugin_settings, paths, prefix, complete):
+    """NVIDIA's DRA driver HelmChart for the cluster's nodes with gpu_node_allocation=dra (host mode: the role refuses dra
+    in operator mode); removed on state absent or where no node chooses DRA."""
+    path = "%s%s/%s" % (prefix, paths["manifests_dir"], dra_driver.MANIFEST_FILE)
+    state = plugin_settings.get("dra_driver_state", "present")
+    dra_nodes = [dict(n.get("dra") or {}, host=n["host"]) for n in nodes
+                 if n.get("allocation") == k8s_labels.ALLOCATION_DRA and n["mode"] == gpu_operator.MODE_HOST
+                 and n["handlers"] is not None]
+    wanted = state == "present" and bool(dra_nodes)
+    report = {"wanted": wanted, "manifest": path}
+    if wanted:
+        plan = dra_driver.plan_cluster(server, dra_driver.settings_of_role(plugin_settings), dra_nodes)
+        report.update(chart_version=plan["chart_version"], nodes=plan["nodes"],
+                      driver_root=plan["values"]["nvidiaDriverRoot"],
+                      kubelet_plugins_dir=plan["values"]["kubeletPlugin"]["kubeletPluginsDirectoryPath"])
+        result["files"].append({"path": path, "state": "file", "content": dra_driver.render_manifest(plan),
+                                "mode": "0600", "directory_mode": "0700"})
+        result["messages"].append("NVIDIA DRA driver %s on %s (driver root %s, kubelet plugins in %s)" % (
+            plan["chart_version"], ", ".join(plan["nodes"]), report["driver_root"], report["kubelet_plugins_dir"]))
+        _chart_archive(result, plugin_settings.get("dra_driver_chart_archive"), plan, paths, prefix)
+    elif complete:
+        result["files"].append({"path": path, "state": "absent"})
+        result["messages"].append("no DRA driver from this collection (%s)" % (
+            "gpu_node_dra_driver_state=absent" if state != "present" else "no node with gpu_node_allocation=dra"))
+    else:
+        result["messages"].append("DRA driver manifest left as it is: this run does not see every GPU node of the "
                                   "cluster (--limit, or a node failed), and only a full run removes it")
     return report
 

@@ -483,8 +483,9 @@ def labels_of_node(settings, host, config=""):
     return ["%s=%s" % (key, labels[key]) for key in sorted(labels)]
 
 
-def chart_values(settings, runtime_class, device_list_strategy, nodes):
-    """The chart values for checked settings (what goes into valuesContent)."""
+def chart_values(settings, runtime_class, device_list_strategy, nodes, dra_nodes=False):
+    """The chart values for checked settings (what goes into valuesContent); dra_nodes: the cluster also has nodes with
+    gpu_node_allocation=dra, which the plugin must keep off."""
     chart = settings["chart"]
     values = {
         "runtimeClassName": runtime_class,
@@ -497,6 +498,12 @@ def chart_values(settings, runtime_class, device_list_strategy, nodes):
             {"matchExpressions": [{"key": GPU_PRESENT_LABEL, "operator": "In", "values": [GPU_PRESENT_VALUE]}]}]}}},
         "gfd": {"enabled": settings["gfd"]},
     }
+    if dra_nodes:
+        # never where NVIDIA's DRA driver serves the GPUs (gpu_node_allocation=dra). Only in a cluster that has such
+        # nodes: a cluster without them keeps the manifest it had, and its plugin is not rolled again
+        values["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
+            "matchExpressions"].append({"key": k8s_labels.ALLOCATION_LABEL, "operator": "NotIn",
+                                        "values": [k8s_labels.ALLOCATION_DRA]})
     if settings["device_discovery_strategy"]:
         values["deviceDiscoveryStrategy"] = settings["device_discovery_strategy"]
     if settings["image_registry"]:
@@ -517,7 +524,7 @@ def chart_values(settings, runtime_class, device_list_strategy, nodes):
     return values
 
 
-def plan_cluster(server, settings, nodes, runtimeclasses_available):
+def plan_cluster(server, settings, nodes, runtimeclasses_available, dra_nodes=False):
     """The device-plugin objects of one cluster in host mode.
 
     server: the reading of the server that writes (a _node_facts.NodeFacts: its distribution, profile, paths).
@@ -527,6 +534,7 @@ def plan_cluster(server, settings, nodes, runtimeclasses_available):
     fail_requests_greater_than_one} or None), configs ({name: sharing} for the per-node config label).
     nodes: PluginNode (or dicts with its keys) of the cluster's host-mode GPU nodes.
     runtimeclasses_available: the cluster's RuntimeClasses, as names or {name, handler}.
+    dra_nodes: the cluster also has nodes with gpu_node_allocation=dra (the plugin's affinity keeps off them).
 
     Returns {"wanted": bool (some GPU node), "objects": [the HelmChart], "values": dict, "chart_version",
     "runtime_class", "device_list_strategy", "device_list_reason", "node_labels": {host: {label: value}},
@@ -544,7 +552,7 @@ def plan_cluster(server, settings, nodes, runtimeclasses_available):
         return result
     runtime_class = choose_runtime_class(runtimeclasses_available, checked_nodes, checked["runtime_class"])
     strategy, reason = choose_device_list_strategy(checked_nodes, profile, checked["device_list_strategy"], chart)
-    values = chart_values(checked, runtime_class, strategy, checked_nodes)
+    values = chart_values(checked, runtime_class, strategy, checked_nodes, dra_nodes)
     chart_object, result["chart_archive_path"] = helmchart.helmchart(
         HELMCHART_NAME, {"name": release_rules.DEVICE_PLUGIN_CHART["name"], "repo": checked["chart_repo"],
                          "version": chart["version"], "archive": checked["chart_archive"]},

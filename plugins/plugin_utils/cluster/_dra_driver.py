@@ -114,9 +114,9 @@ def _one(nodes, what, of, fix):
     for node in nodes:
         found.setdefault(of(node), []).append(node.host)
     if len(found) > 1:
+        each = "; ".join("%s on %s" % (value, ", ".join(hosts)) for value, hosts in sorted(found.items()))
         raise K3sGpuError("the DRA nodes of one cluster disagree on %s (%s); NVIDIA's chart takes one value per "
-                          "cluster" % (what, "; ".join("%s on %s" % (value, ", ".join(hosts))
-                                                      for value, hosts in sorted(found.items()))), fix=fix)
+                          "cluster" % (what, each), fix=fix)
     return next(iter(found))
 
 

@@ -23,6 +23,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import NOTH
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_reading as node_reading
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_plan as host_plan
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_step as host_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _restart as restart
@@ -66,7 +67,7 @@ def decide(task, result, settings, task_vars):
     plan_settings = dict((k, settings[k]) for k in (
         "force", "root", "mode", "operator_toolkit", "operator_driver", "toolkit_install", "driver_install",
         "driver_reboot", "default_runtime", "remove_operator_leftovers", "state", "absent_remove_toolkit",
-        "absent_remove_driver"))
+        "absent_remove_driver", "allocation", "enable_cdi"))
     plan_settings["local_connection"] = task_vars.get("ansible_connection", "ssh") == "local"
     plan = host_step.plan_host(facts, plan_settings, host)
     if plan.selected:
@@ -131,7 +132,7 @@ def configure_params(task, settings, facts, plan):
         state=settings["state"], root=settings["root"], distribution=facts.distribution, release=facts.release,
         newer_release=settings["newer_release"], data_dir=settings["data_dir"] or None,
         toolkit_dirs=settings["toolkit_dirs"], runtimes=settings["runtimes"] or None,
-        default_runtime=plan.mode.default_runtime or None, enable_cdi=settings["enable_cdi"],
+        default_runtime=plan.mode.default_runtime or None, enable_cdi=host_plan.enable_cdi(facts, settings),
         # k3s/rke2 add node-label entries to the node at every start (labels are added, never removed)
         handler_labels=settings["handler_labels"] if facts.distribution in (distro.K3S, distro.RKE2) else None,
         backup=settings["backup"], node_facts=facts.reading,
@@ -176,7 +177,8 @@ def configure_node(task, result, settings, facts, plan, write=True):
     state = host_state.HostState(facts, plan, host_step.cdi_marker(settings), host_state.Changes.of_step(runtimes))
     result.update(host_step.node_result(plan, facts, runtimes), node=state.to_result())
     # for the cluster step's device plugin: this node's CDI readiness and its named plugin config
-    result.update(cdi=host_step.cdi_readiness(facts, plan, settings), device_plugin_config=settings["device_plugin_config"])
+    result.update(cdi=host_step.cdi_readiness(facts, plan, settings), device_plugin_config=settings["device_plugin_config"],
+                  dra=host_step.dra_readiness(facts, settings))
     result.update(reboot_required=reboot, install_due=False, configure_due=False, cdi_due=False, dev_char_due=False,
                   cdi_refresh_due=False)
     if runtimes.get("failed"):

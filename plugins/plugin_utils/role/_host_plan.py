@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _dra_driver as dra_driver
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _gpu_operator as gpu_operator
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _role_vars as role_vars
 
@@ -143,6 +145,57 @@ def _default_runtime_now(facts, result, who):
     return result
 
 
+# --- how the node's GPUs are allocated (gpu_node_allocation) ------------------------------------
+
+def check_allocation(facts, settings, who):
+    """Refuse gpu_node_allocation=dra where NVIDIA's DRA driver cannot serve the node (K3sGpuError with the fix): the
+    GPU Operator's device plugin would serve it too, its pods run on Docker, its release is before v1.34.2 (the feature
+    table's `dra`), or its plain containerd has no CDI or has it turned off by gpu_node_enable_cdi."""
+    if settings.get("allocation", k8s_labels.ALLOCATION_DEVICE_PLUGIN) != k8s_labels.ALLOCATION_DRA:
+        return
+    variable = "gpu_node_allocation"
+    if settings["mode"] == gpu_operator.MODE_OPERATOR:
+        raise K3sGpuError(
+            "%s: gpu_node_allocation=dra with gpu_node_mode=operator: the GPU Operator deploys its own device plugin on "
+            "its nodes, which would hand out the GPUs that NVIDIA's DRA driver also publishes (twice, NVIDIA/aicr #332)" % who,
+            fix="keep gpu_node_allocation=device_plugin on the operator's nodes, or use gpu_node_mode=host on the DRA "
+                "nodes; nothing was changed", variable=variable)
+    if (facts.reading.get("runtime_in_use") or {}).get("runtime") == distro.RUNTIME_DOCKER:
+        raise K3sGpuError(
+            "%s: gpu_node_allocation=dra on a node whose pods run on Docker (k3s --docker): cri-dockerd does not pass the "
+            "CDI devices of a claim to Docker (Mirantis/cri-dockerd #558), so a pod would get no GPU" % who,
+            fix="run the node on k3s's containerd (remove `docker: true`), or keep gpu_node_allocation=device_plugin; "
+                "nothing was changed", variable=variable)
+    if facts.distribution in (distro.K3S, distro.RKE2):
+        refusal = dra_driver.release_refusal(distro.Release(facts.distribution, facts.release))
+        if refusal:
+            raise K3sGpuError("%s: this node runs %s" % (who, refusal[0]), fix=refusal[1] + "; nothing was changed",
+                              variable=variable)
+        return
+    profile = facts.profile or {}
+    if not profile.get("cdi_supported"):
+        raise K3sGpuError(
+            "%s: gpu_node_allocation=dra on containerd %s, which has no CDI: the kubelet hands a claim's devices to "
+            "containerd as CDI devices (containerd 1.7.2 or newer reads them)" % (who, facts.release),
+            fix="upgrade containerd to 1.7.2 or newer (2.x has CDI on by default), or keep "
+                "gpu_node_allocation=device_plugin; nothing was changed", variable=variable)
+    if settings.get("enable_cdi") is False:
+        raise K3sGpuError(
+            "%s: gpu_node_allocation=dra with gpu_node_enable_cdi=false: containerd would start the claim's containers "
+            "without their devices" % who,
+            fix="remove gpu_node_enable_cdi (the role turns CDI on where the containerd line needs it) or set it to "
+                "true; nothing was changed", variable="gpu_node_enable_cdi")
+
+
+def enable_cdi(facts, settings):
+    """gpu_node_enable_cdi as containerd_runtimes gets it: turned on for a DRA node whose containerd has CDI off by
+    default (plain containerd 1.7); otherwise the user's value (None leaves containerd's default)."""
+    if (settings.get("allocation") == k8s_labels.ALLOCATION_DRA and settings.get("enable_cdi") is None
+            and settings.get("state") != "absent" and not (facts.profile or {}).get("cdi_default_on")):
+        return True
+    return settings.get("enable_cdi")
+
+
 # --- the first decision, in one call -------------------------------------------------------------
 
 def first_decision(facts, settings, host=""):
@@ -180,6 +233,7 @@ def first_decision(facts, settings, host=""):
                 who, settings["driver_reboot"]),
             fix="set gpu_node_driver_reboot=never (you reboot when the role says so), or run the role against this host "
                 "over ssh from another machine; nothing was changed")
+    check_allocation(facts, settings, who)
     operator_driver = settings["operator_driver"]
     if operator_driver == "auto":
         operator_driver = not settings["driver_install"]

@@ -15,6 +15,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, clause
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _decide as decide_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd._types import FileChange
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_plan as host_plan
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_state as host_state
@@ -38,7 +39,7 @@ def role_message(outcome):
 # that a variable the user did not set has its default from meta/argument_specs.yml alone
 # gpu_node_result.settings: what the role's tasks read, and a node's settings the cluster step reads (mode, driver_install);
 # never gpu_node_proxy_env (no_log: its password would be in every result, which AWX keeps): the package step reads it
-TASK_SETTINGS = ("root", "cdi_spec_path", "driver_reboot_timeout_seconds", "mode", "driver_install")
+TASK_SETTINGS = ("root", "cdi_spec_path", "driver_reboot_timeout_seconds", "mode", "driver_install", "allocation")
 
 
 def task_settings(settings, task_vars, template, where=None):
@@ -107,8 +108,16 @@ def cdi_refresh_due(facts, plan, settings):
 
 
 def device_plugin_labels(settings, host):
-    """The node labels the device plugin needs on this GPU node (host mode, the plugin present), else []."""
-    if settings.get("mode") != "host" or settings.get("device_plugin_state") != "present" or settings.get("state") == "absent":
+    """The node labels this GPU node needs in host mode: for NVIDIA's DRA driver (gpu_node_allocation=dra: the
+    allocation label its kubelet plugin selects, which keeps the device plugin off), else for the device plugin (when
+    present); [] otherwise. A device-plugin node gets no allocation label: one written to every node would change every
+    node's config.yaml.d, and restart k3s there, on the first run after an upgrade of the collection."""
+    if settings.get("mode") != "host" or settings.get("state") == "absent":
+        return []
+    if settings.get("allocation") == k8s_labels.ALLOCATION_DRA:
+        return ["%s=%s" % (k8s_labels.ALLOCATION_LABEL, k8s_labels.ALLOCATION_DRA),
+                "%s=%s" % (device_plugin.GPU_PRESENT_LABEL, device_plugin.GPU_PRESENT_VALUE)]
+    if settings.get("device_plugin_state") != "present":
         return []
     try:
         return device_plugin.labels_of_node(device_plugin.settings_of_role(settings), host, settings.get("device_plugin_config") or "")
@@ -230,3 +239,13 @@ def plan_host(facts, settings, host):
             raise K3sGpuError("%s: the NVIDIA toolkit is not installed, because %s" % (host or "this host", refusal.cause),
                               refusal.fix, refusal.variable)
     return plan
+
+
+def dra_readiness(facts, settings):
+    """What the cluster step's DRA driver needs of a node with gpu_node_allocation=dra (None on other nodes): kubelet's
+    root dir (config.yaml's kubelet-arg root-dir, rootless k3s, or kubelet's default) and whether the GPU Operator's
+    driver container owns the driver."""
+    if settings.get("allocation") != k8s_labels.ALLOCATION_DRA:
+        return None
+    return {"kubelet_root_dir": facts.reading.get("kubelet_root_dir") or "/var/lib/kubelet",
+            "operator_driver": bool(facts.gpu_operator.get("driver_container"))}

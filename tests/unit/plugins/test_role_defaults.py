@@ -51,6 +51,10 @@ DOCUMENTED = {
     "gpu_node_device_plugin_device_discovery_strategy": "", "gpu_node_device_plugin_mig_strategy": "none",
     "gpu_node_device_plugin_gfd": False, "gpu_node_device_plugin_image_registry": "", "gpu_node_gpu_sharing": {},
     "gpu_node_device_plugin_configs": {}, "gpu_node_device_plugin_config": "",
+    "gpu_node_allocation": "device_plugin", "gpu_node_dra_driver_state": "present",
+    "gpu_node_dra_driver_chart_version": "", "gpu_node_dra_driver_chart_repo": "", "gpu_node_dra_driver_chart_archive": "",
+    "gpu_node_dra_driver_namespace": "nvidia-dra-driver-gpu", "gpu_node_dra_driver_compute_domains": False,
+    "gpu_node_dra_driver_image_registry": "",
     # the safe rollout (issue 43)
     "gpu_node_kubeconfig": "", "gpu_node_kubernetes_node": "", "gpu_node_drain": "auto", "gpu_node_drain_scope": "gpu_pods",
     "gpu_node_drain_timeout_seconds": 600, "gpu_node_prove_timeout_seconds": 600,

@@ -46,7 +46,7 @@ def test_the_result_holds_the_settings_the_role_tasks_read(sandbox):
     sandbox.k3s("k3s", "package")
     # never gpu_node_proxy_env (issue 41: its password was in every result): the package step reads it itself
     expected = {"root": sandbox.root, "cdi_spec_path": "/etc/cdi/nvidia.yaml", "driver_reboot_timeout_seconds": 900,
-                "mode": "host", "driver_install": False}
+                "mode": "host", "driver_install": False, "allocation": "device_plugin"}
     first = host_step(sandbox, gpu_node_cdi_spec_path="/etc/cdi/nvidia.yaml")
     assert not first.get("failed"), first.get("msg")
     assert first["settings"] == expected

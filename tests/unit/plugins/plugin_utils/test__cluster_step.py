@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _cluster_step as step
@@ -115,9 +116,11 @@ def test_node_reports_from_the_role_and_from_a_reading():
     })
     assert complete is True
     assert nodes == [{"host": "gpu1", "handlers": ["nvidia", "nvidia-legacy"], "gpu_operator": False, "mode": "host",
-                      "driver_install": False, "cdi_enabled": True, "cdi_spec": True, "config": "shared"},
+                      "driver_install": False, "cdi_enabled": True, "cdi_spec": True, "config": "shared", "dra": None,
+                      "allocation": "device_plugin"},
                      {"host": "gpu2", "handlers": ["nvidia", "nvidia-cdi"], "gpu_operator": True, "mode": "host",
-                      "driver_install": False, "cdi_enabled": False, "cdi_spec": False, "config": ""}]
+                      "driver_install": False, "cdi_enabled": False, "cdi_spec": False, "config": "", "dra": None,
+                      "allocation": "device_plugin"}]
 
 
 def test_a_node_left_to_the_rollout_play_makes_the_picture_incomplete():
@@ -313,3 +316,59 @@ def test_without_a_cluster_a_missing_device_plugin_is_a_problem_and_the_unchecke
                                                 "chart": "nvidia-device-plugin", "version": "0.20.0", "runtimeClassName": "nvidia"}}
     lines, problems = step.inspection_lines(cluster, found)
     assert problems == [] and any("HelmChart nvidia-device-plugin 0.20.0, runtimeClassName nvidia" in line for line in lines)
+
+
+# --- gpu_node_allocation: NVIDIA's DRA driver on the nodes that choose it, the device plugin on the others (issue 45)
+
+def dra_node(host, handlers=("nvidia", "nvidia-cdi"), **dra):
+    return dict(node(host, list(handlers)), allocation="dra", dra=dict({"kubelet_root_dir": "/var/lib/kubelet",
+                                                                        "operator_driver": False}, **dra))
+
+
+def decide_on(release, nodes, plugin=None, complete=True):
+    plugin = PLUGIN if plugin is None else plugin
+    cluster = {"name": "a", "writer": "server1", "hosts": [n["host"] for n in nodes], "complete": complete}
+    return step.decide(cluster, NodeFacts.from_reading(server(release)), nodes, SETTINGS, OPERATOR, step.OBJECTS,
+                       "/srv/node", None, plugin_settings=plugin)
+
+
+def manifest_of(result, name):
+    return next((f for f in result["files"] if f["path"].endswith("/" + name)), None)
+
+
+def test_dra_nodes_get_the_dra_driver_and_the_device_plugin_keeps_off_them():
+    result = decide_on("v1.36.3+k3s1", [node("gpu1", ["nvidia", "nvidia-cdi"]), dra_node("gpu2", kubelet_root_dir="/data/k")])
+    dra_file = manifest_of(result, "k3s-gpu-nvidia-dra-driver.yaml")
+    assert dra_file["state"] == "file" and dra_file["mode"] == "0600"
+    values = yaml.safe_load(next(d for d in yaml.safe_load_all(dra_file["content"]) if d)["spec"]["valuesContent"])
+    assert values["kubeletPlugin"]["kubeletPluginsDirectoryPath"] == "/data/k/plugins"
+    assert result["dra_driver"]["nodes"] == ["gpu2"] and result["dra_driver"]["driver_root"] == "/"
+    plugin_text = manifest_of(result, "k3s-gpu-nvidia-device-plugin.yaml")["content"]
+    plugin = yaml.safe_load(next(d for d in yaml.safe_load_all(plugin_text) if d)["spec"]["valuesContent"])
+    assert plugin["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]},
+                              {"key": "k3s-gpu.nvidia/gpu-allocation", "operator": "NotIn", "values": ["dra"]}]}]
+    assert any(m.startswith("NVIDIA DRA driver 0.4.1 on gpu2") for m in result["messages"])
+
+
+def test_a_cluster_without_dra_nodes_keeps_its_device_plugin_manifest_and_removes_the_driver():
+    before = decide_on("v1.36.3+k3s1", [node("gpu1", ["nvidia"])])
+    assert manifest_of(before, "k3s-gpu-nvidia-dra-driver.yaml") == {
+        "path": "/srv/node" + MANIFESTS + "/k3s-gpu-nvidia-dra-driver.yaml", "state": "absent"}
+    assert "k3s-gpu.nvidia/gpu-allocation" not in manifest_of(before, "k3s-gpu-nvidia-device-plugin.yaml")["content"]
+    assert any("no DRA driver from this collection (no node with gpu_node_allocation=dra)" in m for m in before["messages"])
+
+
+def test_every_node_on_dra_leaves_no_device_plugin_and_a_partial_run_removes_nothing():
+    result = decide_on("v1.36.3+k3s1", [dra_node("gpu1"), dra_node("gpu2")])
+    assert manifest_of(result, "k3s-gpu-nvidia-device-plugin.yaml")["state"] == "absent"
+    assert manifest_of(result, "k3s-gpu-nvidia-dra-driver.yaml")["state"] == "file"
+    partial = decide_on("v1.36.3+k3s1", [node("gpu1", ["nvidia"])], complete=False)
+    assert manifest_of(partial, "k3s-gpu-nvidia-dra-driver.yaml") is None
+    absent = decide_on("v1.36.3+k3s1", [dra_node("gpu1")], plugin=dict(PLUGIN, dra_driver_state="absent"))
+    assert manifest_of(absent, "k3s-gpu-nvidia-dra-driver.yaml")["state"] == "absent"
+
+
+def test_the_dra_driver_on_a_release_before_1_34_2_is_refused():
+    with pytest.raises(K3sGpuError, match=r"runs k3s v1\.33\.10\+k3s1, which NVIDIA's DRA driver does not support"):
+        decide_on("v1.33.10+k3s1", [dra_node("gpu1")])

@@ -98,8 +98,9 @@ def test_releases_from_1_34_2_serve_dra(release):
 
 
 def test_the_feature_table_says_where_pods_asking_nvidia_com_gpu_are_served_through_dra():
-    assert [line for line in distro.KNOWN_LINES if distro.has_feature(distro.Release("k3s", "v%s.9+k3s1" % line),
-                                                                       "dra_extended_resource")] == ["1.36", "1.37"]
+    served = [line for line in distro.KNOWN_LINES
+              if distro.has_feature(distro.Release("k3s", "v%s.9+k3s1" % line), "dra_extended_resource")]
+    assert served == ["1.36", "1.37"]
 
 
 def test_air_gapped_chart_and_mirrors():

@@ -1,0 +1,82 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""gpu_node_allocation on the host step (issue 45): a DRA node is labelled for NVIDIA's DRA driver (its kubelet
+plugin selects the label, the device plugin keeps off it), tells the cluster step its kubelet root dir and who owns
+its driver, and gets CDI turned on where its containerd needs it; dra is refused by name, with nothing changed, before
+v1.34.2, on Docker, in operator mode, and on a containerd without CDI or with CDI turned off by the user."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.k3s_gpu.nvidia.tests.unit.plugins.action.action_harness import host_step
+
+RELEASE = "v1.36.3+k3s1"
+DROPIN = "/etc/rancher/k3s/config.yaml.d/50-k3s-gpu-nvidia.yaml"
+
+
+def refused(result, *parts):
+    assert result.get("failed"), result
+    for part in parts:
+        assert part in result["msg"], (part, result["msg"])
+    return result["msg"]
+
+
+def test_a_dra_node_is_labelled_for_the_dra_driver_and_tells_the_cluster_step_what_it_needs(sandbox):
+    sandbox.k3s("k3s", "package")
+    sandbox.write("/etc/rancher/k3s/config.yaml", "kubelet-arg:\n  - root-dir=/data/kubelet\n")
+    result = host_step(sandbox, gpu_node_release=RELEASE, gpu_node_allocation="dra")
+    assert not result.get("failed"), result.get("msg")
+    labels = sandbox.read(DROPIN).decode()
+    assert '"k3s-gpu.nvidia/gpu-allocation=dra"' in labels and '"nvidia.com/gpu.present=true"' in labels
+    assert result["dra"] == {"kubelet_root_dir": "/data/kubelet", "operator_driver": False}
+    assert result["settings"]["allocation"] == "dra"
+    again = host_step(sandbox, gpu_node_release=RELEASE, gpu_node_allocation="dra")
+    assert again["changed"] is False and not again.get("failed")
+
+
+def test_a_device_plugin_node_gets_no_allocation_label(sandbox):
+    sandbox.k3s("k3s", "package")
+    result = host_step(sandbox, gpu_node_release=RELEASE)
+    assert not result.get("failed"), result.get("msg")
+    assert "gpu-allocation" not in sandbox.read(DROPIN).decode() and result["dra"] is None
+
+
+@pytest.mark.parametrize("variables, parts", [
+    ({"gpu_node_release": "v1.34.1+k3s1"}, ["gpu1: this node runs k3s v1.34.1+k3s1, which NVIDIA's DRA driver does not "
+                                            "support: it needs Kubernetes 1.34.2 or newer", "upgrade the cluster to v1.34.2"]),
+    ({"gpu_node_release": "v1.33.10+k3s1"}, ["runs k3s v1.33.10+k3s1"]),
+    ({"gpu_node_mode": "operator", "gpu_node_toolkit_install": False},
+     ["gpu_node_allocation=dra with gpu_node_mode=operator", "NVIDIA/aicr #332", "keep gpu_node_allocation=device_plugin"]),
+])
+def test_dra_is_refused_where_nvidias_driver_cannot_serve_the_node(sandbox, variables, parts):
+    sandbox.k3s("k3s", "package")
+    before = sandbox.snapshot()
+    result = host_step(sandbox, **dict({"gpu_node_release": RELEASE, "gpu_node_allocation": "dra"}, **variables))
+    refused(result, *parts)
+    assert sandbox.snapshot() == before
+
+
+def test_dra_on_a_docker_node_names_cri_dockerd(sandbox):
+    sandbox.k3s("k3s", "package")
+    sandbox.write("/etc/rancher/k3s/config.yaml", "docker: true\n")
+    before = sandbox.snapshot()
+    result = host_step(sandbox, gpu_node_release=RELEASE, gpu_node_allocation="dra")
+    refused(result, "pods run on Docker", "Mirantis/cri-dockerd #558")
+    assert sandbox.snapshot() == before
+
+
+def test_plain_containerd_gets_cdi_where_its_line_needs_it_and_is_refused_without_cdi(sandbox):
+    sandbox.binary("/usr/bin/containerd")
+    sandbox.binary("/usr/bin/nvidia-container-runtime")
+    plain = {"gpu_node_distribution": "containerd", "gpu_node_allocation": "dra"}
+    old = host_step(sandbox, check_mode=True, gpu_node_release="1.6.20", **plain)
+    refused(old, "containerd 1.6.20, which has no CDI", "upgrade containerd to 1.7.2 or newer")
+    off = host_step(sandbox, check_mode=True, gpu_node_release="1.7.24", gpu_node_enable_cdi=False, **plain)
+    refused(off, "gpu_node_allocation=dra with gpu_node_enable_cdi=false")
+    on = host_step(sandbox, gpu_node_release="1.7.24", **plain)
+    assert not on.get("failed"), on.get("msg")
+    assert "enable_cdi = true" in sandbox.read("/etc/containerd/config.toml").decode()
