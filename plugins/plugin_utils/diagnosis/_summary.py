@@ -78,7 +78,9 @@ def row(host, result, check_mode=False, rollout=None, failure=None, left_out=Non
     restarted = bool(result.get("restarted"))
     entry = {
         # a module's own message may carry a URL it fetched, with its password
-        "host": host, "cluster": cluster or "", "status": status, "reason": guarded(str(result.get("reason") or result.get("msg") or "")),
+        # a host step's msg on a host it configured says what it told the host (the row says it its own way)
+        "host": host, "cluster": cluster or "", "status": status,
+        "reason": guarded(str(result.get("reason") or (result.get("msg") if failed or status == LEFT_OUT else "") or "")),
         "distribution": result.get("distribution") or "", "release": result.get("release") or "",
         "restarted": restarted, "verified": result.get("verified"), "mode": result.get("mode") or "host",
         "reboot_required": bool(result.get("reboot_required")),

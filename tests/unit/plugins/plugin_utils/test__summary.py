@@ -122,3 +122,11 @@ def test_a_failed_hosts_reason_shows_no_url_password():
     report = summary.summarize([("gpu2", failed)])
     assert report["lines"][0] == "gpu2: failed (gpu2: apt failed: 407 from http://alice:********@proxy:3128/deb)"
     assert "S3cr3t" not in repr(report)
+
+
+def test_what_the_host_step_told_a_host_it_configured_stays_on_the_host_result_not_in_its_row():
+    told = dict(CONFIGURED, msg="gpu1: the containerd configuration changed; restart k3s to apply it (check mode).")
+    [text] = summary.summarize([("gpu1", told)], check_mode=True)["lines"]
+    assert text.startswith("gpu1: configured | k3s v1.33.10+k3s1") and "restart k3s to apply it" not in text
+    failed = summary.row("gpu1", dict(CONFIGURED, failed=True, msg="gpu1: restarting k3s failed"))
+    assert failed["reason"] == "gpu1: restarting k3s failed"
