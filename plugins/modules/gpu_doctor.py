@@ -36,7 +36,10 @@ options:
     type: dict
     default: {}
   cluster:
-    description: The cluster's RuntimeClasses, Nodes and the pods that have not ended (C(classes), C(nodes), C(pods)).
+    description:
+      - The cluster's RuntimeClasses, Nodes and the pods that have not ended (C(classes), C(nodes), C(pods)); for DRA
+        nodes also whether C(resource.k8s.io/v1) is served (C(dra_api)), its ResourceSlices and DeviceClasses
+        (C(resourceslices), C(deviceclasses)).
     type: dict
   cluster_why:
     description: Why the cluster was not read, for the nodes' lines.

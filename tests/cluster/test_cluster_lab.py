@@ -643,7 +643,8 @@ def run_doctor(cluster, case, tmp_path, **extra):
 def test_doctor_passes_every_layer_on_the_good_lab(cluster, tmp_path):
     rc, node, output = run_doctor(cluster, "good lab", tmp_path)
     assert rc == 0 and node["status"] == "OK", output[-4000:]
-    every = ["gpu", "driver", "toolkit", "cdi", "containerd-config", "runtime-service", "runtimeclass", "device-plugin",
+    every = ["gpu", "driver", "toolkit", "cdi", "containerd-config", "runtime-service", "runtimeclass", "dra-conflict",
+             "device-plugin",
              "allocatable"]
     assert [p["layer"] for p in node["passed"]] == every
     assert node["passed"][-1]["detail"].startswith("allocatable nvidia.com/gpu %d" % GPUS)
@@ -733,7 +734,8 @@ def test_doctor_names_allocatable_when_the_plugin_reports_every_device_unhealthy
         rc, node, output = run_doctor(cluster, "device plugin pod, every device unhealthy", tmp_path)
         assert rc != 0 and node["status"] == "BROKEN" and node["broken_layer"] == "allocatable", output[-4000:]
         assert "allocatable nvidia.com/gpu is 0 (capacity %d)" % GPUS in node["broken"]["cause"], node["broken"]
-        every = ["gpu", "driver", "toolkit", "cdi", "containerd-config", "runtime-service", "runtimeclass", "device-plugin"]
+        every = ["gpu", "driver", "toolkit", "cdi", "containerd-config", "runtime-service", "runtimeclass", "dra-conflict",
+                 "device-plugin"]
         assert [p["layer"] for p in node["passed"]] == every, node["passed"]
         assert plugin_pod["metadata"]["name"] in node["passed"][-1]["detail"], node["passed"][-1]
         lines = [line for line in re.findall(r'"(lab-node: [^"]*)"', output) if not line.startswith("lab-node: passed ")]

@@ -24,8 +24,11 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _v
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_reading as node_reading
 
 NODE_LAYERS = ("gpu", "driver", "toolkit", "cdi", "containerd-config", "runtime-service")
-CLUSTER_LAYERS = ("runtimeclass", "device-plugin", "allocatable", "pod")
-LAYERS = NODE_LAYERS + CLUSTER_LAYERS
+# dra-conflict: a device plugin and NVIDIA's DRA driver both serve the node
+CLUSTER_LAYERS = ("runtimeclass", "dra-conflict", "device-plugin", "allocatable", "pod")
+# a node with gpu_node_allocation=dra instead of device-plugin and allocatable: NVIDIA's DRA driver serves it
+DRA_LAYERS = ("dra-api", "dra-driver", "deviceclass")
+LAYERS = NODE_LAYERS + CLUSTER_LAYERS + DRA_LAYERS
 
 FABRIC_MANAGER_UNIT = "nvidia-fabricmanager"
 PERSISTENCED_UNIT = "nvidia-persistenced"
@@ -321,6 +324,7 @@ def check_node(host, facts, node):
     besides the reading (mode, handlers, changes, refusal, services, existing_binaries, settings)."""
     report = {"host": host, "gpu_node": True, "passed": [], "broken": None, "cluster_checked": False,
               "handlers": list(node.get("handlers") or []), "labels": list(node.get("labels") or []), "mode": node.get("mode"),
+              "allocation": node.get("allocation") or "device_plugin",
               "operator_namespace": node.get("operator_namespace")}
     if not is_gpu_node(facts, node):
         report["gpu_node"] = False
@@ -461,7 +465,8 @@ def check_runtimeclass(report, node, cluster):
     wanted = [entry.split("=", 1) for entry in report["labels"] if "=" in entry]
     lacking = ["%s=%s" % (k, v) for k, v in wanted if labels.get(k) != v]
     if lacking:
-        raise Broken("the node lacks the label(s) %s that the device plugin's HelmChart selects" % ", ".join(lacking),
+        selector = "DRA driver" if report.get("allocation") == "dra" else "device plugin"
+        raise Broken("the node lacks the label(s) %s that the %s's HelmChart selects" % (", ".join(lacking), selector),
                      "k3s_gpu.nvidia.site writes them into config.yaml.d; k3s/rke2 apply them at their next start "
                      "(systemctl restart k3s-agent), or kubectl label node %s %s" % (
                          node["metadata"]["name"], " ".join(lacking)))
@@ -518,8 +523,69 @@ def check_allocatable(report, node, cluster):
     return "allocatable nvidia.com/gpu %s, %d in use" % (allocatable, used)
 
 
-CLUSTER_CHECKS = (("runtimeclass", check_runtimeclass), ("device-plugin", check_device_plugin),
-                  ("allocatable", check_allocatable))
+# --- DRA (gpu_node_allocation=dra): NVIDIA's DRA driver publishes the node's GPUs as ResourceSlices --------------
+DRA_DRIVER = release_rules.DRA_DRIVER_CHART["driver"]
+DRA_DEVICE_CLASS = release_rules.DRA_DRIVER_CHART["device_class"]
+
+
+def _dra_devices(cluster, node_name, driver=DRA_DRIVER):
+    """The devices the driver's ResourceSlices publish for the node."""
+    devices = []
+    for item in cluster.get("resourceslices") or []:
+        spec = item.get("spec") or {}
+        if spec.get("driver") == driver and spec.get("nodeName") == node_name:
+            devices += spec.get("devices") or []
+    return devices
+
+
+def check_dra_api(_report, _node, cluster):
+    if not cluster.get("dra_api"):
+        raise Broken("the API server does not serve resource.k8s.io/v1 (ResourceSlices, DeviceClasses): DRA is off",
+                     "k3s/rke2 v1.34.2 or newer serve it by default; on an older release keep "
+                     "gpu_node_allocation=device_plugin")
+    return "resource.k8s.io/v1 served"
+
+
+def check_dra_driver(_report, node, cluster):
+    name = node["metadata"]["name"]
+    devices = _dra_devices(cluster, name)
+    if not devices:
+        raise Broken("no ResourceSlice of the driver %s publishes a device of this node: NVIDIA's DRA driver does not "
+                     "run on it, or has not registered with its kubelet" % DRA_DRIVER,
+                     "k3s_gpu.nvidia.site deploys it (gpu_node_dra_driver_state: present) on nodes labelled "
+                     "k3s-gpu.nvidia/gpu-allocation=dra; kubectl -n nvidia-dra-driver-gpu logs of its kubelet plugin "
+                     "pod on %s; its kubelet dirs must be below kubelet's --root-dir" % name)
+    return "%d device(s) of %s" % (len(devices), DRA_DRIVER)
+
+
+def check_deviceclass(_report, _node, cluster):
+    classes = [c for c in cluster.get("deviceclasses") or [] if (c.get("metadata") or {}).get("name") == DRA_DEVICE_CLASS]
+    if not classes:
+        raise Broken("there is no DeviceClass %s: a claim of that class stays Pending" % DRA_DEVICE_CLASS,
+                     "NVIDIA's chart creates it: run k3s_gpu.nvidia.site (the DRA driver's HelmChart) or let "
+                     "helm-controller reinstall the chart (kubectl -n kube-system delete job helm-install-%s)"
+                     % "nvidia-dra-driver-gpu")
+    return "DeviceClass %s" % DRA_DEVICE_CLASS
+
+
+def check_dra_conflict(_report, node, cluster):
+    """Both a device plugin and NVIDIA's DRA driver serve the node: the scheduler may hand one GPU out twice."""
+    status = node.get("status") or {}
+    capacity = (status.get("capacity") or {}).get(GPU_RESOURCE)
+    devices = _dra_devices(cluster, node["metadata"]["name"])
+    if capacity not in (None, "", "0") and devices:
+        raise Broken("a device plugin advertises nvidia.com/gpu (capacity %s) and NVIDIA's DRA driver publishes %d "
+                     "device(s) of %s on the same node: both hand out the same GPUs" % (capacity, len(devices), DRA_DRIVER),
+                     "keep one per node: gpu_node_allocation decides which (the device plugin's DaemonSet keeps off "
+                     "nodes labelled k3s-gpu.nvidia/gpu-allocation=dra); a device plugin of your own must select the "
+                     "same way")
+    return "one allocator (%s)" % ("DRA" if devices else "device plugin" if capacity not in (None, "", "0") else "none yet")
+
+
+CLUSTER_CHECKS = (("runtimeclass", check_runtimeclass), ("dra-conflict", check_dra_conflict),
+                  ("device-plugin", check_device_plugin), ("allocatable", check_allocatable))
+DRA_CHECKS = (("runtimeclass", check_runtimeclass), ("dra-api", check_dra_api), ("dra-conflict", check_dra_conflict),
+              ("dra-driver", check_dra_driver), ("deviceclass", check_deviceclass))
 
 
 def check_cluster(report, node_name, cluster):
@@ -539,7 +605,7 @@ def check_cluster(report, node_name, cluster):
                             "fix": "look at the agent's log (journalctl -u k3s-agent); if the node has another name "
                                    "there, set k3s_gpu_node_name for this host"}
         return report
-    for layer, check in CLUSTER_CHECKS:
+    for layer, check in DRA_CHECKS if report.get("allocation") == "dra" else CLUSTER_CHECKS:
         try:
             detail = check(report, node, cluster)
         except Broken as exc:
@@ -559,6 +625,8 @@ def pod_pairs(reports, node_names, cluster, wanted=()):
     for report in reports:
         if report.get("broken") or not report.get("gpu_node") or not report.get("cluster_checked"):
             continue
+        if report.get("allocation") == "dra":
+            continue  # its GPUs come through claims, not nvidia.com/gpu limits (before 1.36): no RuntimeClass pod
         node = node_names.get(report["host"]) or report["host"]
         for handler in report.get("handlers") or []:
             named = [c["metadata"]["name"] for c in classes if str(c.get("handler")) == handler]
@@ -570,7 +638,8 @@ def pod_pairs(reports, node_names, cluster, wanted=()):
 def check_pods(report, node_name, pods, events, logs):
     """The pod layer of one node from its smoke pods (verify's reading of their status, events and logs); report is
     changed in place. A pod that did not pass names the layer verify found, in its cause."""
-    if report.get("broken") or not report.get("gpu_node") or not report.get("cluster_checked"):
+    if report.get("broken") or not report.get("gpu_node") or not report.get("cluster_checked") \
+            or report.get("allocation") == "dra":
         return report
     found = [(pod, state) for pod, state in verify.settle(pods, events, logs) if verify.node_of(pod) == node_name]
     if not found:

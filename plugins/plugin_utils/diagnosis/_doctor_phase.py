@@ -41,7 +41,8 @@ def diagnose(task, result, settings, task_vars):
     reading.pop("warnings", None)
     facts = NodeFacts.from_reading(reading)
     _doctor_generated_config(settings, facts, task.execute_module)
-    node = {"mode": settings["mode"], "operator_namespace": settings["operator_namespace"],
+    node = {"mode": settings["mode"], "allocation": settings.get("allocation") or "device_plugin",
+            "operator_namespace": settings["operator_namespace"],
             "toolkit_version": settings["toolkit_version"], "toolkit_install": settings["toolkit_install"],
             "enable_cdi": settings["enable_cdi"], "device_list_strategy": settings["device_plugin_device_list_strategy"],
             "cdi_spec_path": settings["cdi_spec_path"], "cdi_refresh": settings["cdi_refresh"],

@@ -349,7 +349,7 @@ def test_the_pod_layer_passes_with_what_each_pod_saw():
 def test_a_pod_that_does_not_get_its_gpu_breaks_the_pod_layer(pods, words):
     report = doctor.check_pods(checked_report(), "gpu1", pods, [], {})
     assert report["broken"]["layer"] == "pod" and words in report["broken"]["cause"], report["broken"]
-    assert [p["layer"] for p in report["passed"]] == list(doctor.LAYERS[:-1])
+    assert [p["layer"] for p in report["passed"]] == list(doctor.NODE_LAYERS + doctor.CLUSTER_LAYERS[:-1])
 
 
 def test_the_pod_layer_leaves_a_node_broken_earlier_as_it_was():
@@ -429,3 +429,50 @@ def test_the_operators_device_plugin_serves_the_device_plugin_layer_but_its_vali
 
 def test_the_pod_layer_keeps_to_the_runtimeclasses_named():
     assert doctor.pod_pairs([checked_report()], {}, {"classes": CLASSES}, ["nvidia-cdi"]) == [["gpu1", "nvidia-cdi"]]
+
+
+# ------------------------------------------------------------------ DRA (gpu_node_allocation=dra, issue 45)
+DRA_LABELS = {"k3s-gpu.nvidia/gpu-allocation": "dra", "nvidia.com/gpu.present": "true"}
+GPU_SLICE = {"spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu1", "pool": {"name": "gpu1"},
+                      "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}]}}
+OTHER_NODES_SLICE = {"spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu2", "devices": [{"name": "gpu-0"}]}}
+GPU_CLASS = {"metadata": {"name": "gpu.nvidia.com"}}
+
+
+def dra_report():
+    return dict(node_report(), allocation="dra", labels=["k3s-gpu.nvidia/gpu-allocation=dra", "nvidia.com/gpu.present=true"])
+
+
+def dra_cluster(**changes):
+    cluster = {"classes": CLASSES, "nodes": [cluster_node(capacity=None, labels=DRA_LABELS)], "dra_api": True,
+               "resourceslices": [GPU_SLICE], "deviceclasses": [GPU_CLASS]}
+    cluster.update(changes)
+    return cluster
+
+
+@pytest.mark.parametrize("changes,layer,words", [
+    ({"dra_api": False}, "dra-api", "does not serve resource.k8s.io/v1"),
+    ({"resourceslices": [OTHER_NODES_SLICE]}, "dra-driver", "no ResourceSlice of the driver gpu.nvidia.com publishes a "
+                                                             "device of this node"),
+    ({"deviceclasses": []}, "deviceclass", "there is no DeviceClass gpu.nvidia.com"),
+    ({"nodes": [cluster_node(capacity="2", labels=DRA_LABELS)]}, "dra-conflict",
+     "a device plugin advertises nvidia.com/gpu (capacity 2) and NVIDIA's DRA driver publishes 2 device(s)"),
+    ({"nodes": [cluster_node(capacity=None, labels={"nvidia.com/gpu.present": "true"})]}, "runtimeclass",
+     "lacks the label(s) k3s-gpu.nvidia/gpu-allocation=dra that the DRA driver's HelmChart selects"),
+    ({}, None, None),
+])
+def test_the_dra_layers_of_a_dra_node(changes, layer, words):
+    report = doctor.check_cluster(dra_report(), "gpu1", dra_cluster(**changes))
+    assert (report["broken"] or {}).get("layer") == layer, report
+    if layer:
+        assert words in report["broken"]["cause"], report["broken"]
+    else:
+        assert [p["layer"] for p in report["passed"]][-5:] == ["runtimeclass", "dra-api", "dra-conflict", "dra-driver",
+                                                               "deviceclass"]
+        assert report["passed"][-1]["detail"] == "DeviceClass gpu.nvidia.com" and doctor.line(report) == "gpu1: OK"
+
+
+def test_a_device_plugin_node_that_the_dra_driver_also_serves_is_a_conflict():
+    cluster = {"classes": CLASSES, "nodes": [cluster_node()], "resourceslices": [GPU_SLICE], "dra_api": True}
+    report = doctor.check_cluster(node_report(), "gpu1", cluster)
+    assert report["broken"]["layer"] == "dra-conflict" and "both hand out the same GPUs" in report["broken"]["cause"]
