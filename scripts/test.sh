@@ -30,7 +30,7 @@ declare -A STAGE_DESC=(
     [sanity]="ansible-test sanity 2.19/py3.11 and 2.21/py3.12; compile+import on py3.8"
     [integration]="ansible-test integration 2.19/py3.11; site's report on a sandbox fleet (tests/fleet)"
     [conformance]="real containerd 1.6/1.7/2.1 (Debian) and 2.2/2.3 (built): config dump, CRI, pods; nvidia-ctk; Helm"
-    [kubernetes]="the cluster lab (scripts/cluster-lab.sh): real kube-apiserver and kubelet, the seed's GPU pod on k3s and rke2 nodes"
+    [kubernetes]="the cluster lab (scripts/cluster-lab.sh): real kube-apiserver and kubelet, the seed's GPU pod on k3s and rke2 nodes, DRA"
     [kubernetes-1.34]="the cluster lab's tests on the older Kubernetes line (1.34, k3s and rke2; not in the default run)"
     [molecule]="molecule scenarios of the gpu_node role (extensions/molecule)"
 )
@@ -304,12 +304,12 @@ stage_conformance() {
 # 5 minutes on 2 cores when Go's caches are cold), then each lab starts in seconds.
 cluster_lab_tests() {
     local lines=$1
-    check "build the cluster lab's binaries (Kubernetes $lines, kine, containerd, toolkit, device plugin test double)" \
+    check "build the cluster lab's binaries (Kubernetes $lines, kine, containerd, toolkit, device plugin and DRA test doubles, Kubernetes' DRA test driver)" \
         bash scripts/build-test-binaries.sh "kubernetes-v$lines" kine device-plugin-testdouble containerd-2.3 \
-        containerd-2.2 nvidia-container-toolkit
+        containerd-2.2 nvidia-container-toolkit dra-plugin-testdouble "dra-test-driver-v$lines" helm-render
     apt_ensure containernetworking-plugins openssl
     kubernetes_core_ensure "$VENV/bin/python" "$ROOT/.tmp/extra-collections"
-    check "pytest tests/cluster (Kubernetes $lines, k3s and rke2 nodes, strategies envvar and cdi-cri)" \
+    check "pytest tests/cluster (Kubernetes $lines, k3s and rke2 nodes, strategies envvar and cdi-cri; a DRA node)" \
         env PYTHONPATH="$COLL_PATH" K3S_GPU_LAB_KUBERNETES="$lines" "$VENV/bin/python" -m pytest tests/cluster -q -s \
         -p no:cacheprovider
     checks_result

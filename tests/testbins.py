@@ -88,6 +88,19 @@ def _containerd(key, version, purpose):
     )
 
 
+def _dra_test_driver(minor, version):
+    """Kubernetes' own DRA test driver (its e2e tests' kubelet plugin), from the lab's Kubernetes module and version:
+    built in the same go.mod as _kubernetes(minor) but as a key of its own, so the lab's builds and caches stay as
+    they are. `go build -o DIR/` names it after the package's last element: test-driver."""
+    return Build(
+        key="dra-test-driver-%s" % minor, name="dra-test-driver", module="k8s.io/kubernetes", version=version,
+        packages=("k8s.io/kubernetes/test/e2e/dra/test-driver",), binaries=("test-driver",),
+        source="tests/kubernetes/%s" % minor, ldflags="-s -w", stage="kubernetes",
+        purpose="Kubernetes' DRA test driver (test/e2e/dra/test-driver, Kubernetes %s): a reference kubelet plugin"
+        % version,
+    )
+
+
 def _kubernetes(minor, version):
     """kube-apiserver, controller-manager, scheduler, kubelet and kubectl of one release."""
     stamp = "k8s.io/component-base/version"
@@ -143,6 +156,15 @@ BUILDS = {
             source="tests/device_plugin_testdouble", ldflags="-s -w", stage="kubernetes",
             purpose="the cluster lab's TEST DOUBLE of NVIDIA's device plugin (kubelet's v1beta1 API)",
         ),
+        Build(
+            key="dra-plugin-testdouble", name="dra-plugin-testdouble", module="k8s.io/dynamic-resource-allocation",
+            version="v0.36.3", packages=(".",), binaries=("dra-plugin-testdouble",),
+            source="tests/dra_plugin_testdouble", ldflags="-s -w", stage="kubernetes",
+            purpose="the cluster lab's TEST DOUBLE of NVIDIA's DRA driver (gpu.nvidia.com, DRA gRPC v1 and v1beta1)",
+        ),
+        # the same Kubernetes lines' own DRA test driver, next to the test double
+        _dra_test_driver("v1.34", "v1.34.4"),
+        _dra_test_driver("v1.36", "v1.36.3"),
         Build(
             key="kine", name="kine", module="github.com/k3s-io/kine", version="v0.17.5",
             packages=("",), binaries=("kine",),

@@ -6,7 +6,7 @@
 """The Kubernetes lab: a one-node cluster on 127.0.0.1 with a real API server and a real kubelet.
 
     scripts/cluster-lab.sh up [--kubernetes 1.34|1.36] [--release R] [--gpus N] [--strategy envvar|cdi-cri]
-                              [--node-root DIR]
+                              [--node-root DIR] [--allocation device_plugin|dra]
     scripts/cluster-lab.sh up --release v1.36.3+rke2r1    (an rke2 node: its paths, base and RuntimeClasses)
     scripts/cluster-lab.sh down | status
 
@@ -37,6 +37,15 @@ Nothing outside the lab dir is kept after `down`: processes (found by the K3S_GP
 their environment, shims included), mounts under the lab dir, the cgroup tree /k3s-gpu-lab, the
 /var/log/containers links kubelet made, and the /run/containerd and /run/netns entries of the run.
 A killed run is cleaned by the next `up`.
+
+With --allocation dra the node is a DRA node (gpu_node_allocation=dra: the collection's module writes its label
+k3s-gpu.nvidia/gpu-allocation=dra) and no device plugin runs on it. Two DRA kubelet plugins run as plain processes
+against the lab's kubelet registration dir and CDI dir instead: Kubernetes' own DRA test driver
+(k8s.io/kubernetes/test/e2e/dra/test-driver, of the lab's Kubernetes module and version; driver
+test-driver.cdi.k8s.io, env-only CDI edits) and our DRA TEST DOUBLE of NVIDIA's driver (tests/dra_plugin_testdouble:
+driver gpu.nvidia.com, NVIDIA's attribute names, a claim's CDI spec with its fake /dev/nvidia<N>). The DeviceClasses
+are NVIDIA's own, rendered from NVIDIA's chart (../shared/charts, $K3S_GPU_SHARED) with the values of the collection's
+HelmChart, and the test driver's.
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ import argparse
 import base64
 import contextlib
 import glob
+import hashlib
 import json
 import os
 import re
@@ -60,13 +70,19 @@ import tomllib
 import time
 import urllib.request
 
+import yaml
+
 HERE = os.path.dirname(os.path.realpath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, ".tmp", "collections"))
 
 # pylint: disable=wrong-import-position
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro  # noqa: E402
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels  # noqa: E402
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts  # noqa: E402
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _dra_driver as dra_driver  # noqa: E402
 from ansible_collections.k3s_gpu.nvidia.tests import testbins  # noqa: E402
+from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading  # noqa: E402
 from ansible_collections.k3s_gpu.nvidia.tests.conformance import cases, lab  # noqa: E402
 from ansible_collections.k3s_gpu.nvidia.tests.nodes.nspawn import mounts_under  # noqa: E402
 
@@ -581,12 +597,13 @@ def sandbox_node(state, release, toolkit_bin, node_root=None):
                     distribution: {distribution}
                     release: "{release}"
                     handler_labels: true
-                    node_labels: ["nvidia.com/gpu.present=true"]
+                    node_labels: {labels}
                   register: written
                 - name: Show it
                   ansible.builtin.debug:
                     var: written
-            """).format(root=node, release=release, distribution=distribution))
+            """).format(root=node, release=release, distribution=distribution,
+                        labels=json.dumps(node_labels_for(state.get("allocation", ALLOCATION_DEVICE_PLUGIN)))))
     env = ansible_env()
     playbook_bin = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
     proc = subprocess.run([playbook_bin, "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable,
@@ -611,6 +628,14 @@ def _compose_node(state, node, release, paths):
                      "dropin": loaded.dropin[0] if loaded.dropin else None,
                      "runtimes": runtimes_of(loaded)}
     return loaded
+
+
+def node_labels_for(allocation):
+    """The labels the gpu_node role gives a GPU node of this allocation (_host_step.device_plugin_labels)."""
+    labels = ["nvidia.com/gpu.present=true"]
+    if allocation == k8s_labels.ALLOCATION_DRA:
+        labels.append("%s=%s" % (k8s_labels.ALLOCATION_LABEL, k8s_labels.ALLOCATION_DRA))
+    return sorted(labels)  # in the role's order: the doctor compares the file the role would write
 
 
 LAB_DRIVER = "580.95.05"
@@ -672,6 +697,8 @@ def write_inventory(state):
     common = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
               "gpu_node_root": state["node"]["root"], "runtimeclasses_method": "api",
               "runtimeclasses_kubeconfig": path("kubeconfig"), "k3s_gpu_kubeconfig": path("kubeconfig")}
+    if state.get("allocation") == k8s_labels.ALLOCATION_DRA:
+        common["gpu_node_allocation"] = k8s_labels.ALLOCATION_DRA
     if state["distribution"] == distro.RKE2:
         inventory = {"all": {"vars": dict(common, k3s_gpu_servers="rke2_servers"), "children": {"rke2_cluster": {
             "vars": {"rke2_install_version": state["release"]},
@@ -980,9 +1007,12 @@ def cni_config(node):
 
 
 # ------------------------------------------------------------------ up
-def up(minor, release, gpus, strategy, node_root=None):  # pylint: disable=too-many-locals,too-many-statements
+def up(minor, release, gpus, strategy, node_root=None,  # pylint: disable=too-many-locals,too-many-statements
+       allocation=None):
     """Start the lab. minor: the Kubernetes line (None: the release's own line, else 1.36); release: a k3s or rke2
-    release (None: the line's k3s release)."""
+    release (None: the line's k3s release); allocation: device_plugin (the device plugin test double) or dra (the two
+    DRA kubelet plugins)."""
+    allocation = allocation or ALLOCATION_DEVICE_PLUGIN
     stale = read_state()
     if stale is not None:
         running = [name for name, record in stale.get("processes", {}).items() if _alive(record)]
@@ -1014,6 +1044,9 @@ def up(minor, release, gpus, strategy, node_root=None):  # pylint: disable=too-m
         raise LabError("--release %s embeds containerd %s; the lab runs the 2.2 and 2.3 lines (k3s/rke2 1.33.10+)"
                        % (release, profile["containerd"]))
     keys = (build_key, "kine", line_key, "nvidia-container-toolkit", "device-plugin-testdouble")
+    if allocation == k8s_labels.ALLOCATION_DRA:
+        keys += ("dra-plugin-testdouble", "dra-test-driver-" + build_key.rsplit("-", 1)[-1], "helm-render")
+        chart = dra_chart()  # before anything starts: missing shared material fails here
     for key in keys:
         testbins.ensure(key, log=log)
     binaries = {name: testbins.path_of(build_key, name)
@@ -1027,7 +1060,7 @@ def up(minor, release, gpus, strategy, node_root=None):  # pylint: disable=too-m
     for sub in ("logs", "containerd", "nvidia", "kine", "kubelet", "pod-logs", "opt"):
         os.makedirs(path(sub))
     state = {"lab_dir": LAB_DIR, "kubernetes": minor, "release": release, "distribution": distribution, "gpus": gpus,
-             "strategy": strategy,
+             "strategy": strategy, "allocation": allocation,
              "node_root": node_root,
              "binaries": binaries, "processes": {}, "containerd_line": line_key,
              "containerd_socket": path("containerd", "c.sock"),
@@ -1110,11 +1143,15 @@ def up(minor, release, gpus, strategy, node_root=None):  # pylint: disable=too-m
         "--root-dir=" + path("kubelet", "root"), "--hostname-override=" + NODE_NAME, "--node-ip=" + NODE_IP,
         "--cert-dir=" + path("kubelet", "pki"), "--node-labels=" + ",".join(labels), "--v=2",
     ])
-    socket_path = os.path.join(DEVICE_PLUGIN_DIR, "kubelet.sock")
-    wait_for("its device plugin socket", lambda: os.path.exists(socket_path), state, "kubelet")
-    start(state, "device-plugin", [binaries["device_plugin"], "--device-plugin-dir", os.path.dirname(socket_path),
-                                   "--gpus", str(gpus), "--strategy", strategy])
-    wait_for("node %s Ready with %d nvidia.com/gpu" % (NODE_NAME, gpus), lambda: node_ready(state, gpus), state, "kubelet")
+    if allocation == k8s_labels.ALLOCATION_DRA:
+        start_dra(state, build_key, chart)
+    else:
+        socket_path = os.path.join(DEVICE_PLUGIN_DIR, "kubelet.sock")
+        wait_for("its device plugin socket", lambda: os.path.exists(socket_path), state, "kubelet")
+        start(state, "device-plugin", [binaries["device_plugin"], "--device-plugin-dir", os.path.dirname(socket_path),
+                                       "--gpus", str(gpus), "--strategy", strategy])
+        wait_for("node %s Ready with %d nvidia.com/gpu" % (NODE_NAME, gpus), lambda: node_ready(state, gpus), state,
+                 "kubelet")
     wait_for("the default ServiceAccount (pods can be created)",
              lambda: subprocess.run([binaries["kubectl"], "--kubeconfig", path("kubeconfig"), "get", "serviceaccount",
                                      "default", "-n", "default"], capture_output=True, check=False).returncode == 0,
@@ -1129,9 +1166,10 @@ def up(minor, release, gpus, strategy, node_root=None):  # pylint: disable=too-m
     state["up_seconds"] = round(time.monotonic() - started, 1)
     state["ready"] = True
     write_state(state)
-    log("cluster lab: Kubernetes %s (%s node), containerd %s, node %s with %d fake GPU(s), strategy %s, up in %.1f s"
-        % (testbins.BUILDS[build_key].version, release, testbins.BUILDS[line_key].version, NODE_NAME, gpus, strategy,
-           state["up_seconds"]))
+    log("cluster lab: Kubernetes %s (%s node), containerd %s, node %s with %d fake GPU(s), %s, up in %.1f s"
+        % (testbins.BUILDS[build_key].version, release, testbins.BUILDS[line_key].version, NODE_NAME, gpus,
+           "strategy " + strategy if allocation != k8s_labels.ALLOCATION_DRA else
+           "allocated through DRA (drivers %s)" % ", ".join(DRA_DRIVERS), state["up_seconds"]))
     log("  containerd config as %s composes it: %s (the node's %s)"
         % (distribution, path("node") + state["node"]["config"], state["node"]["config"]))
     log("  lab-only containerd keys: %s" % "; ".join(state["containerd_overrides"]))
@@ -1145,10 +1183,121 @@ def up(minor, release, gpus, strategy, node_root=None):  # pylint: disable=too-m
     return state
 
 
-def node_ready(state, gpus):
+# --- DRA (--allocation dra) ------------------------------------------------------------------------------------
+ALLOCATION_DEVICE_PLUGIN = k8s_labels.ALLOCATION_DEVICE_PLUGIN
+NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
+TEST_DRA_DRIVER = "test-driver.cdi.k8s.io"  # Kubernetes' own test driver's default name
+DRA_DRIVERS = (NVIDIA_DRA_DRIVER, TEST_DRA_DRIVER)
+DRA_CHART = ("charts/dra-driver-nvidia-gpu-0.4.1.tgz", "8fb5490333c596aac17eac21dad68111eb9b8433cc648a256fcb6043d2f53155")
+TEST_DRIVER_DEVICES = 2
+
+
+def dra_chart():
+    """NVIDIA's DRA driver chart from the shared material ($K3S_GPU_SHARED, else <repo>/../shared), checked by sha256."""
+    shared = os.environ.get("K3S_GPU_SHARED") or os.path.join(os.path.dirname(ROOT), "shared")
+    chart = os.path.join(shared, DRA_CHART[0])
+    if not os.path.isfile(chart):
+        raise LabError("--allocation dra needs NVIDIA's DRA driver chart: %s not found (set K3S_GPU_SHARED to the "
+                       "directory holding %s)" % (chart, DRA_CHART[0]))
+    with open(chart, "rb") as handle:
+        digest = hashlib.sha256(handle.read()).hexdigest()
+    if digest != DRA_CHART[1]:
+        raise LabError("%s: sha256 %s, expected %s" % (chart, digest, DRA_CHART[1]))
+    return chart
+
+
+def dra_device_classes(state, chart):
+    """The DeviceClasses the cluster gets: NVIDIA's, rendered by NVIDIA's chart (helm-render) from the values of the
+    HelmChart the collection writes for this release and this node, and the test driver's."""
+    plan = dra_driver.plan_cluster(NodeFacts.from_reading(server_reading(state["distribution"], state["release"])), {},
+                                   [{"host": NODE_NAME, "kubelet_root_dir": path("kubelet", "root")}])
+    values = path("dra-values.yaml")
+    with open(values, "w", encoding="utf-8") as handle:
+        handle.write(plan["objects"][0]["spec"]["valuesContent"])
+    proc = subprocess.run([testbins.path_of("helm-render", "helm-render"), dra_driver.HELMCHART_NAME, chart, "-n",
+                           dra_driver.DEFAULT_NAMESPACE, "-f", values, "--kube-version", state["release"].split("+")[0]],
+                          capture_output=True, text=True, timeout=120, check=False)
+    if proc.returncode != 0:
+        raise LabError("NVIDIA's DRA chart did not render the collection's values: %s" % proc.stderr.strip())
+    classes = [doc for doc in yaml.safe_load_all(proc.stdout) if doc and doc.get("kind") == "DeviceClass"]
+    classes.append({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": TEST_DRA_DRIVER},
+                    "spec": {"selectors": [{"cel": {"expression": "device.driver == '%s'" % TEST_DRA_DRIVER}}]}})
+    return classes
+
+
+def start_dra(state, build_key, chart):
+    """The node's DRA kubelet plugins, as plain processes against the lab's registration and CDI dirs (kubelet's plugin
+    watcher follows its --root-dir), then the DeviceClasses, then wait for Ready and both drivers' ResourceSlices."""
+    registry = path("kubelet", "root", "plugins_registry")
+    wait_for("its plugin registration dir", lambda: os.path.isdir(registry), state, "kubelet")
+    gpus = state["gpus"]
+    start_dra_testdouble(state)
+    # the test driver serves <datadir>/<driver>/dra.sock and does not make that dir itself
+    os.makedirs(path("kubelet", "root", "plugins", TEST_DRA_DRIVER), exist_ok=True)
+    start(state, "dra-test-driver", [
+        testbins.path_of("dra-test-driver-" + build_key.rsplit("-", 1)[-1], "test-driver"),
+        "--kubeconfig", path("kubeconfig"), "--drivername", TEST_DRA_DRIVER, "kubelet-plugin",
+        "--node-name", NODE_NAME, "--num-devices", str(TEST_DRIVER_DEVICES), "--cdi-dir", path("cdi"),
+        "--datadir", path("kubelet", "root", "plugins"), "--plugin-registration-path", registry])
+    classes = dra_device_classes(state, chart)
+    kubectl(state, "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": classes}))
+    state["device_classes"] = sorted(c["metadata"]["name"] for c in classes)
+    time.sleep(2)  # a plugin that cannot serve exits at once: say which, with its log, instead of a timeout
+    for name in ("dra-plugin-testdouble", "dra-test-driver"):
+        wait_for("its DRA service", lambda: True, state, name, 5)
+    wait_for("node %s Ready with ResourceSlices of %s" % (NODE_NAME, " and ".join(DRA_DRIVERS)),
+             lambda: node_ready(state, 0, gpu_resource=False) and dra_devices(state) == {
+                 NVIDIA_DRA_DRIVER: gpus, TEST_DRA_DRIVER: TEST_DRIVER_DEVICES}, state, "kubelet")
+
+
+def start_dra_testdouble(state):
+    """Our DRA test double of NVIDIA's driver, registered below the lab kubelet's root dir (also to bring it back)."""
+    start(state, "dra-plugin-testdouble", [
+        testbins.path_of("dra-plugin-testdouble", "dra-plugin-testdouble"), "--kubeconfig", path("kubeconfig"),
+        "--node-name", NODE_NAME, "--num-devices", str(state["gpus"]), "--cdi-dir", path("cdi"),
+        "--device-node-dir", path("dev"), "--plugin-registration-path", path("kubelet", "root", "plugins_registry"),
+        "--plugin-data-dir", path("kubelet", "root", "plugins", NVIDIA_DRA_DRIVER),
+        "--mount", "%s:/usr/bin/nvidia-smi" % path("driver", "nvidia-smi"),
+        "--mount", "%s:%s" % (path("driver", "libnvidia-ml.so.1"), LIBNVIDIA_ML)])
+    write_state(state)
+
+
+def stop_process(state, name):
+    """SIGTERM one of the lab's processes and wait until it is gone (a test's broken layer)."""
+    record = state["processes"][name]
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(record["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _alive(record):
+        with contextlib.suppress(ChildProcessError):  # started by this process: reap it, or it stays a zombie
+            os.waitpid(record["pid"], os.WNOHANG)
+        time.sleep(0.2)
+    if _alive(record):
+        raise LabError("%s (pid %d) did not stop on SIGTERM" % (name, record["pid"]))
+
+
+def start_device_plugin_beside_dra(state):
+    """The device plugin test double on a DRA node (what gpu_node_allocation keeps apart): the dra-conflict layer."""
+    socket_path = os.path.join(DEVICE_PLUGIN_DIR, "kubelet.sock")
+    start(state, "device-plugin", [state["binaries"]["device_plugin"], "--device-plugin-dir", os.path.dirname(socket_path),
+                                   "--gpus", str(state["gpus"]), "--strategy", state["strategy"] or "envvar"])
+    write_state(state)
+
+
+def dra_devices(state):
+    """{driver: devices} of the lab node's ResourceSlices."""
+    found = {}
+    for item in json.loads(kubectl(state, "get", "resourceslices.resource.k8s.io", "-o", "json"))["items"]:
+        spec = item["spec"]
+        if spec.get("nodeName") == NODE_NAME:
+            found[spec["driver"]] = found.get(spec["driver"], 0) + len(spec.get("devices") or [])
+    return found
+
+
+def node_ready(state, gpus, gpu_resource=True):
     node = json.loads(kubectl(state, "get", "node", NODE_NAME, "-o", "json"))
     ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", []))
-    return ready and node["status"].get("allocatable", {}).get("nvidia.com/gpu") == str(gpus)
+    return ready and (not gpu_resource or node["status"].get("allocatable", {}).get("nvidia.com/gpu") == str(gpus))
 
 
 def release_runtimeclasses(state):
@@ -1207,6 +1356,9 @@ def main(argv=None):
                                                       ", ".join(r["rke2"] for _k, r in KUBERNETES.values())))
     up_parser.add_argument("--gpus", type=int, default=1)
     up_parser.add_argument("--strategy", choices=("envvar", "cdi-cri"), default="envvar")
+    up_parser.add_argument("--allocation", choices=k8s_labels.ALLOCATIONS, default=ALLOCATION_DEVICE_PLUGIN,
+                           help="device_plugin: the device plugin test double; dra: a DRA node served by Kubernetes' "
+                                "DRA test driver and our DRA test double of NVIDIA's driver")
     up_parser.add_argument("--node-root", help="a k3s (or, with an rke2 --release, rke2) node tree the gpu_node role converged (NVIDIA's binaries in its "
                                                "usr/bin): containerd's config is composed from a copy of it instead of "
                                                "the lab running the collection's module, and only the release's own "
@@ -1226,7 +1378,7 @@ def main(argv=None):
                 if args.node_root and not os.path.isdir(args.node_root):
                     raise LabError("--node-root %s is not a directory" % args.node_root)
                 up(args.kubernetes, args.release, args.gpus, args.strategy,
-                   os.path.abspath(args.node_root) if args.node_root else None)
+                   os.path.abspath(args.node_root) if args.node_root else None, args.allocation)
             except BaseException:
                 log("cluster lab: start failed; stopping what was started")
                 if read_state() is not None and not os.environ.get("K3S_GPU_CLUSTER_LAB_KEEP"):
