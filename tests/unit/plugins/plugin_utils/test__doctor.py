@@ -452,8 +452,8 @@ def dra_cluster(**changes):
 
 @pytest.mark.parametrize("changes,layer,words", [
     ({"dra_api": False}, "dra-api", "does not serve resource.k8s.io/v1"),
-    ({"resourceslices": [OTHER_NODES_SLICE]}, "dra-driver", "no ResourceSlice of the driver gpu.nvidia.com publishes a "
-                                                             "device of this node"),
+    ({"resourceslices": [OTHER_NODES_SLICE]}, "dra-driver",
+     "no ResourceSlice of the driver gpu.nvidia.com publishes a device of this node"),
     ({"deviceclasses": []}, "deviceclass", "there is no DeviceClass gpu.nvidia.com"),
     ({"nodes": [cluster_node(capacity="2", labels=DRA_LABELS)]}, "dra-conflict",
      "a device plugin advertises nvidia.com/gpu (capacity 2) and NVIDIA's DRA driver publishes 2 device(s)"),
