@@ -164,17 +164,22 @@ def cluster(request):
     try:
         yield lab.up()
     finally:
-        proc = lab.down()
-        after = host_snapshot()
-        os.makedirs(os.path.join(ROOT, "tests", "output"), exist_ok=True)
-        lab.report["down"] = proc.stdout.strip()
-        report = os.path.join(ROOT, "tests", "output", "cluster-lab-%s.json" % lab.name)
-        with open(report, "w", encoding="utf-8") as handle:
-            json.dump(lab.report, handle, indent=2)
-        print("\ncluster lab %s report: %s" % (lab.name, json.dumps(lab.report["pods"], indent=1)))
-        leftovers = {key: sorted(set(after[key]) - set(before[key])) if isinstance(after[key], list) else after[key]
-                     for key in after}
-        assert proc.returncode == 0 and not any(leftovers.values()), (proc.stdout, proc.stderr, leftovers)
+        tear_down(lab, before)
+
+
+def tear_down(lab, before):
+    """`down`, the lab's report into tests/output/cluster-lab-<name>.json, and nothing of the lab left on the host."""
+    proc = lab.down()
+    after = host_snapshot()
+    os.makedirs(os.path.join(ROOT, "tests", "output"), exist_ok=True)
+    lab.report["down"] = proc.stdout.strip()
+    report = os.path.join(ROOT, "tests", "output", "cluster-lab-%s.json" % lab.name)
+    with open(report, "w", encoding="utf-8") as handle:
+        json.dump(lab.report, handle, indent=2)
+    print("\ncluster lab %s report: %s" % (lab.name, json.dumps(lab.report["pods"], indent=1)))
+    leftovers = {key: sorted(set(after[key]) - set(before[key])) if isinstance(after[key], list) else after[key]
+                 for key in after}
+    assert proc.returncode == 0 and not any(leftovers.values()), (proc.stdout, proc.stderr, leftovers)
 
 
 def handlers_of(lab):
@@ -372,7 +377,7 @@ def _chart_objects(cluster, tmp_path, settings):
     release = cluster.state["release"]
     plan = dp.plan_cluster(NodeFacts.from_reading(server_reading(cluster.distribution, release)), settings, [node],
                            cluster.state["shipped_runtimeclasses"])
-    chart = chart_checks._shared_file(*chart_checks.CHART_ARCHIVE)  # pylint: disable=protected-access
+    chart = chart_checks.shared_file(*chart_checks.CHART_ARCHIVE)
     spec = plan["objects"][0]["spec"]
     values = tmp_path / "values.yaml"
     values.write_text(spec["valuesContent"], encoding="utf-8")

@@ -40,7 +40,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _dev
 from ansible_collections.k3s_gpu.nvidia.tests import testbins
 
 from . import clusterlab
-from .test_cluster_lab import Lab, host_snapshot
+from .test_cluster_lab import Lab, host_snapshot, tear_down
 
 ROOT = clusterlab.ROOT
 SCRIPT = os.path.join(ROOT, "scripts", "cluster-lab.sh")
@@ -128,16 +128,7 @@ def dra_lab(request):
     try:
         yield lab.up()
     finally:
-        proc = lab.down()
-        after = host_snapshot()
-        os.makedirs(os.path.join(ROOT, "tests", "output"), exist_ok=True)
-        lab.report["down"] = proc.stdout.strip()
-        with open(os.path.join(ROOT, "tests", "output", "cluster-lab-%s.json" % lab.name), "w", encoding="utf-8") as out:
-            json.dump(lab.report, out, indent=2)
-        print("\ncluster lab %s report: %s" % (lab.name, json.dumps(lab.report["pods"], indent=1)))
-        leftovers = {key: sorted(set(after[key]) - set(before[key])) if isinstance(after[key], list) else after[key]
-                     for key in after}
-        assert proc.returncode == 0 and not any(leftovers.values()), (proc.stdout, proc.stderr, leftovers)
+        tear_down(lab, before)
 
 
 def test_the_api_is_served_and_each_driver_publishes_the_nodes_devices(dra_lab):

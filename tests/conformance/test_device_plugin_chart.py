@@ -41,8 +41,6 @@ except ImportError:  # pragma: no cover - the failure says how to install it
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 CHART_ARCHIVE = ("charts/nvidia-device-plugin-0.20.0.tgz", "66065a7acf286e98a92f81c017905b3bf4bdfc630da93c44be4721f16c3be4d0")
-HINT = ("the shared material is missing: set K3S_GPU_SHARED to the directory holding "
-        "charts/nvidia-device-plugin-0.20.0.tgz (default <repo>/../shared)")
 RELEASE = "v1.33.10+k3s1"
 KUBERNETES = "1.33"  # the release's Kubernetes minor: the render's Capabilities and the schema check
 SHIPPED = ["nvidia", "nvidia-experimental", "crun"]
@@ -52,11 +50,14 @@ PLAIN_NODE = {"host": "gpu2", "handlers": ["nvidia", "runc"]}
 NFD_ONLY_NODE_LABELS = {"feature.node.kubernetes.io/pci-10de.present": "true", "kubernetes.io/os": "linux"}
 
 
-def _shared_file(relative, sha256):
+def shared_file(relative, sha256):
+    """A file of the project's shared material ($K3S_GPU_SHARED, else <repo>/../shared), checked by sha256: missing or
+    changed FAILS the test with the hint, never skips it."""
     shared = os.environ.get("K3S_GPU_SHARED") or os.path.join(os.path.dirname(REPO_ROOT), "shared")
     path = os.path.join(shared, relative)
     if not os.path.isfile(path):
-        pytest.fail("%s not found: %s" % (path, HINT), pytrace=False)
+        pytest.fail("%s not found: the shared material is missing: set K3S_GPU_SHARED to the directory holding %s "
+                    "(default <repo>/../shared)" % (path, relative), pytrace=False)
     with open(path, "rb") as handle:
         digest = hashlib.sha256(handle.read()).hexdigest()
     if digest != sha256:
@@ -66,7 +67,7 @@ def _shared_file(relative, sha256):
 
 @pytest.fixture(scope="module")
 def chart():
-    return _shared_file(*CHART_ARCHIVE)
+    return shared_file(*CHART_ARCHIVE)
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,6 @@ release's line (kubernetes-validate). Missing material FAILS with the hint; it n
 
 from __future__ import annotations
 
-import hashlib
-import os
 import subprocess
 
 import pytest
@@ -29,7 +27,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import 
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as dp
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _dra_driver as dra
 from ansible_collections.k3s_gpu.nvidia.tests import testbins
-from ansible_collections.k3s_gpu.nvidia.tests.conformance.test_device_plugin_chart import schedulable
+from ansible_collections.k3s_gpu.nvidia.tests.conformance.test_device_plugin_chart import schedulable, shared_file
 from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading
 
 try:
@@ -37,10 +35,7 @@ try:
 except ImportError:  # pragma: no cover - the failure says how to install it
     kubernetes_validate = None
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 CHART_ARCHIVE = ("charts/dra-driver-nvidia-gpu-0.4.1.tgz", "8fb5490333c596aac17eac21dad68111eb9b8433cc648a256fcb6043d2f53155")
-HINT = ("the shared material is missing: set K3S_GPU_SHARED to the directory holding "
-        "charts/dra-driver-nvidia-gpu-0.4.1.tgz (default <repo>/../shared)")
 # (release, the Kubernetes minor of its schema check): the oldest line NVIDIA's driver supports and the newest lab line
 RELEASES = [("v1.34.6+k3s1", "1.34"), ("v1.36.3+rke2r1", "1.36")]
 DRA_NODE_LABELS = {"k3s-gpu.nvidia/gpu-allocation": "dra", "nvidia.com/gpu.present": "true"}
@@ -50,15 +45,7 @@ NFD_ONLY_NODE_LABELS = {"feature.node.kubernetes.io/pci-10de.present": "true"}
 
 @pytest.fixture(scope="module")
 def chart():
-    shared = os.environ.get("K3S_GPU_SHARED") or os.path.join(os.path.dirname(REPO_ROOT), "shared")
-    path = os.path.join(shared, CHART_ARCHIVE[0])
-    if not os.path.isfile(path):
-        pytest.fail("%s not found: %s" % (path, HINT), pytrace=False)
-    with open(path, "rb") as handle:
-        digest = hashlib.sha256(handle.read()).hexdigest()
-    if digest != CHART_ARCHIVE[1]:
-        pytest.fail("%s: sha256 %s, expected %s (see the README beside it)" % (path, digest, CHART_ARCHIVE[1]), pytrace=False)
-    return path
+    return shared_file(*CHART_ARCHIVE)
 
 
 @pytest.fixture(scope="module")

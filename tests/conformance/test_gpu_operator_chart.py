@@ -27,7 +27,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rul
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 # helm_render is a fixture: imported here, pytest finds it in this module too
 from ansible_collections.k3s_gpu.nvidia.tests.conformance.test_device_plugin_chart import (  # pylint: disable=unused-import
-    _shared_file, helm_render, render)
+    shared_file, helm_render, render)
 from ansible_collections.k3s_gpu.nvidia.tests.server_reading import server_reading
 
 CHART_VERSION = "v26.7.0"
@@ -44,7 +44,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def chart():
-    return _shared_file(*CHART_ARCHIVE)
+    return shared_file(*CHART_ARCHIVE)
 
 
 @pytest.fixture(scope="module")

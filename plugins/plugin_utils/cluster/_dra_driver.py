@@ -29,6 +29,7 @@ import re
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._values import type_name
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _k3s_config as k3s_config
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _helmchart as helmchart
@@ -36,7 +37,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _hel
 HELMCHART_NAME = "nvidia-dra-driver-gpu"
 MANIFEST_FILE = distro.DRA_DRIVER_MANIFEST
 DEFAULT_NAMESPACE = "nvidia-dra-driver-gpu"
-KUBELET_ROOT_DIR = "/var/lib/kubelet"
+KUBELET_ROOT_DIR = k3s_config.KUBELET_ROOT_DIR
 
 # the role variable of each setting (for the messages)
 VARIABLES = {

@@ -17,6 +17,7 @@ import time
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, clause
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
@@ -324,7 +325,7 @@ def check_node(host, facts, node):
     besides the reading (mode, handlers, changes, refusal, services, existing_binaries, settings)."""
     report = {"host": host, "gpu_node": True, "passed": [], "broken": None, "cluster_checked": False,
               "handlers": list(node.get("handlers") or []), "labels": list(node.get("labels") or []), "mode": node.get("mode"),
-              "allocation": node.get("allocation") or "device_plugin",
+              "allocation": node.get("allocation") or k8s_labels.ALLOCATION_DEVICE_PLUGIN,
               "operator_namespace": node.get("operator_namespace")}
     if not is_gpu_node(facts, node):
         report["gpu_node"] = False
@@ -465,7 +466,7 @@ def check_runtimeclass(report, node, cluster):
     wanted = [entry.split("=", 1) for entry in report["labels"] if "=" in entry]
     lacking = ["%s=%s" % (k, v) for k, v in wanted if labels.get(k) != v]
     if lacking:
-        selector = "DRA driver" if report.get("allocation") == "dra" else "device plugin"
+        selector = "DRA driver" if report.get("allocation") == k8s_labels.ALLOCATION_DRA else "device plugin"
         raise Broken("the node lacks the label(s) %s that the %s's HelmChart selects" % (", ".join(lacking), selector),
                      "k3s_gpu.nvidia.site writes them into config.yaml.d; k3s/rke2 apply them at their next start "
                      "(systemctl restart k3s-agent), or kubectl label node %s %s" % (
@@ -605,7 +606,7 @@ def check_cluster(report, node_name, cluster):
                             "fix": "look at the agent's log (journalctl -u k3s-agent); if the node has another name "
                                    "there, set k3s_gpu_node_name for this host"}
         return report
-    for layer, check in DRA_CHECKS if report.get("allocation") == "dra" else CLUSTER_CHECKS:
+    for layer, check in DRA_CHECKS if report.get("allocation") == k8s_labels.ALLOCATION_DRA else CLUSTER_CHECKS:
         try:
             detail = check(report, node, cluster)
         except Broken as exc:
@@ -625,7 +626,7 @@ def pod_pairs(reports, node_names, cluster, wanted=()):
     for report in reports:
         if report.get("broken") or not report.get("gpu_node") or not report.get("cluster_checked"):
             continue
-        if report.get("allocation") == "dra":
+        if report.get("allocation") == k8s_labels.ALLOCATION_DRA:
             continue  # its GPUs come through claims, not nvidia.com/gpu limits (before 1.36): no RuntimeClass pod
         node = node_names.get(report["host"]) or report["host"]
         for handler in report.get("handlers") or []:
@@ -639,7 +640,7 @@ def check_pods(report, node_name, pods, events, logs):
     """The pod layer of one node from its smoke pods (verify's reading of their status, events and logs); report is
     changed in place. A pod that did not pass names the layer verify found, in its cause."""
     if report.get("broken") or not report.get("gpu_node") or not report.get("cluster_checked") \
-            or report.get("allocation") == "dra":
+            or report.get("allocation") == k8s_labels.ALLOCATION_DRA:
         return report
     found = [(pod, state) for pod, state in verify.settle(pods, events, logs) if verify.node_of(pod) == node_name]
     if not found:

@@ -16,6 +16,7 @@ import base64
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_reading as node_reading
@@ -41,7 +42,7 @@ def diagnose(task, result, settings, task_vars):
     reading.pop("warnings", None)
     facts = NodeFacts.from_reading(reading)
     _doctor_generated_config(settings, facts, task.execute_module)
-    node = {"mode": settings["mode"], "allocation": settings.get("allocation") or "device_plugin",
+    node = {"mode": settings["mode"], "allocation": settings.get("allocation") or k8s_labels.ALLOCATION_DEVICE_PLUGIN,
             "operator_namespace": settings["operator_namespace"],
             "toolkit_version": settings["toolkit_version"], "toolkit_install": settings["toolkit_install"],
             "enable_cdi": settings["enable_cdi"], "device_list_strategy": settings["device_plugin_device_list_strategy"],

@@ -149,8 +149,8 @@ def _default_runtime_now(facts, result, who):
 
 def check_allocation(facts, settings, who):
     """Refuse gpu_node_allocation=dra where NVIDIA's DRA driver cannot serve the node (K3sGpuError with the fix): the
-    GPU Operator's device plugin would serve it too, its pods run on Docker, its release is before v1.34.2 (the feature
-    table's `dra`), or its plain containerd has no CDI or has it turned off by gpu_node_enable_cdi."""
+    GPU Operator's device plugin would serve it too, its pods run on Docker, gpu_node_enable_cdi turns CDI off, its release
+    is before v1.34.2 (the feature table's `dra`), or its plain containerd has no CDI."""
     if settings.get("allocation", k8s_labels.ALLOCATION_DEVICE_PLUGIN) != k8s_labels.ALLOCATION_DRA:
         return
     variable = "gpu_node_allocation"
@@ -166,6 +166,13 @@ def check_allocation(facts, settings, who):
             "CDI devices of a claim to Docker (Mirantis/cri-dockerd #558), so a pod would get no GPU" % who,
             fix="run the node on k3s's containerd (remove `docker: true`), or keep gpu_node_allocation=device_plugin; "
                 "nothing was changed", variable=variable)
+    # every node: containerd applies a claim's devices only with CDI on (its enable_cdi), whatever the distribution
+    if settings.get("enable_cdi") is False:
+        raise K3sGpuError(
+            "%s: gpu_node_allocation=dra with gpu_node_enable_cdi=false: containerd would start the claim's containers "
+            "without their devices" % who,
+            fix="remove gpu_node_enable_cdi (the role turns CDI on where the containerd line needs it) or set it to "
+                "true; nothing was changed", variable="gpu_node_enable_cdi")
     if facts.distribution in (distro.K3S, distro.RKE2):
         refusal = dra_driver.release_refusal(distro.Release(facts.distribution, facts.release))
         if refusal:
@@ -179,12 +186,6 @@ def check_allocation(facts, settings, who):
             "containerd as CDI devices (containerd 1.7.2 or newer reads them)" % (who, facts.release),
             fix="upgrade containerd to 1.7.2 or newer (2.x has CDI on by default), or keep "
                 "gpu_node_allocation=device_plugin; nothing was changed", variable=variable)
-    if settings.get("enable_cdi") is False:
-        raise K3sGpuError(
-            "%s: gpu_node_allocation=dra with gpu_node_enable_cdi=false: containerd would start the claim's containers "
-            "without their devices" % who,
-            fix="remove gpu_node_enable_cdi (the role turns CDI on where the containerd line needs it) or set it to "
-                "true; nothing was changed", variable="gpu_node_enable_cdi")
 
 
 def enable_cdi(facts, settings):

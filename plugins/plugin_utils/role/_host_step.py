@@ -17,6 +17,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd._types import FileChange
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as device_plugin
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _dra_driver as dra_driver
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_plan as host_plan
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_state as host_state
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
@@ -247,5 +248,5 @@ def dra_readiness(facts, settings):
     driver container owns the driver."""
     if settings.get("allocation") != k8s_labels.ALLOCATION_DRA:
         return None
-    return {"kubelet_root_dir": facts.reading.get("kubelet_root_dir") or "/var/lib/kubelet",
+    return {"kubelet_root_dir": facts.reading.get("kubelet_root_dir") or dra_driver.KUBELET_ROOT_DIR,
             "operator_driver": bool(facts.gpu_operator.get("driver_container"))}

@@ -49,6 +49,8 @@ def test_a_device_plugin_node_gets_no_allocation_label(sandbox):
     ({"gpu_node_release": "v1.34.1+k3s1"}, ["gpu1: this node runs k3s v1.34.1+k3s1, which NVIDIA's DRA driver does not "
                                             "support: it needs Kubernetes 1.34.2 or newer", "upgrade the cluster to v1.34.2"]),
     ({"gpu_node_release": "v1.33.10+k3s1"}, ["runs k3s v1.33.10+k3s1"]),
+    # on k3s too, not only on plain containerd: with CDI off containerd drops a claim's devices
+    ({"gpu_node_enable_cdi": False}, ["gpu_node_allocation=dra with gpu_node_enable_cdi=false"]),
     ({"gpu_node_mode": "operator", "gpu_node_toolkit_install": False},
      ["gpu_node_allocation=dra with gpu_node_mode=operator", "NVIDIA/aicr #332", "keep gpu_node_allocation=device_plugin"]),
 ])
