@@ -48,7 +48,7 @@ DEVICE_PLUGIN_VARS = device_plugin.ROLE_VARS
 DOCTOR_VARS = READ_VARS + PLAN_VARS + CONFIGURE_VARS + DEVICE_PLUGIN_VARS + (
     "gpu_node_toolkit_version", "gpu_node_operator_namespace")
 # the role's variables each phase reads (None: every one, in the plan phase)
-PHASE_VARS = {"plan": None, "upgrade_check": UPGRADE_CHECK_VARS, "doctor": DOCTOR_VARS, "restart": RESTART_VARS,
+PHASE_VARS = {"plan": None, "probe": None, "upgrade_check": UPGRADE_CHECK_VARS, "doctor": DOCTOR_VARS, "restart": RESTART_VARS,
               "reread": READ_VARS + PLAN_VARS + CONFIGURE_VARS + DEVICE_PLUGIN_VARS,
               "configure": READ_VARS + PLAN_VARS + CONFIGURE_VARS + DEVICE_PLUGIN_VARS}
 
@@ -74,7 +74,7 @@ class ActionModule(SpecAction):
         settings = role_vars.read(task_vars, self._templar.template, PHASE_VARS.get(phase), where=host)
         # the role's tasks read these
         result["settings"] = host_step.task_settings(settings, task_vars, self._templar.template, where=host)
-        if phase == "plan":
+        if phase in ("plan", "probe"):
             result.setdefault("warnings", []).extend(role_vars.unknown_variables(task_vars))
         result.setdefault("warnings", [])
 
@@ -103,6 +103,8 @@ class ActionModule(SpecAction):
         self.failure_ending = PHASE_ENDINGS.get(phase, NOTHING_CHANGED)
         if phase == "plan":
             return phases.decide(task, result, settings, task_vars)
+        if phase == "probe":
+            return phases.probe(task, result, settings, task_vars)
         if phase == "restart":
             return handler.restart_verified(task, result, settings, task_vars)
         if phase == "upgrade_check":

@@ -86,7 +86,8 @@ NODE_FILES_SPEC = dict(files=dict(type="list", elements="dict", required=True, o
 # The controller's actions (plugins/action): each module file documents the action with this spec, and the action
 # validates its arguments with it, so that a bad value is refused by name before anything runs.
 GPU_NODE_HOST_SPEC = dict(
-    phase=dict(type="str", default="plan", choices=["plan", "reread", "configure", "restart", "upgrade_check", "doctor"]),
+    phase=dict(type="str", default="plan",
+               choices=["plan", "probe", "reread", "configure", "restart", "upgrade_check", "doctor"]),
     node=dict(type="dict"),
     fail=dict(type="bool", default=True),
 )

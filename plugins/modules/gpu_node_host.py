@@ -25,6 +25,10 @@ options:
     description:
       - V(plan) reads, decides and configures when nothing is due to be installed; V(reread) reads the node again after
         the role's installs and decides whether the CDI spec is due; V(configure) configures from O(node).
+      - V(probe) (the k3s_gpu.nvidia.site playbook's first pass) reads and decides as V(plan) does but never writes,
+        shows no diff and prints nothing; a host on which the role has work to do (RV(install_due) or
+        RV(configure_due)) joins the in-memory group C(k3s_gpu_nvidia_due), as M(ansible.builtin.group_by) would
+        add it, so that the rest of the role runs only on those hosts (a host with nothing to do gets no other task).
       - V(restart) (the role's handler) restarts the k3s/rke2/containerd unit, verifies it (active, stable past
         C(gpu_node_restart_settle_seconds), every expected runtime table in the loaded config) and rolls back and fails
         when it is not healthy; it returns C(gpu_node_result) with C(restarted) and C(verified).
@@ -34,7 +38,7 @@ options:
         without writing, and returns RV(doctor), the node's layers from the GPU to containerd with the first broken one.
     type: str
     default: plan
-    choices: [plan, reread, configure, restart, upgrade_check, doctor]
+    choices: [plan, probe, reread, configure, restart, upgrade_check, doctor]
   fail:
     description: O(phase=upgrade_check) - fail a node whose template breaks on the target release or is refused now.
     type: bool

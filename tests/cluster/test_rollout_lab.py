@@ -251,7 +251,10 @@ def test_b_the_node_is_cordoned_during_the_change_proved_and_uncordoned_and_a_se
         print("b: site, %s pass: %s" % (attempt, re.findall(r"lab-node : ok=\d+\s+changed=\d+", output)))
         assert "no node needs a disruptive change" in output
         assert not any(watch.seen) and watch.seen, "cordoned during a pass with no disruptive change"
-    assert re.search(r"lab-node\s+: ok=\d+\s+changed=0 ", output), output[-3000:]
+    lines = output.splitlines()
+    changed = [next(before for before in reversed(lines[:number]) if before.startswith("TASK ["))
+               for number, line in enumerate(lines) if line.startswith("changed:")]
+    assert re.search(r"lab-node\s+: ok=\d+\s+changed=0 ", output), (changed, output[-3000:])
 
 
 # ---- c ---------------------------------------------------------------------------------------------------------------

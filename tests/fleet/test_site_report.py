@@ -154,6 +154,14 @@ def test_ansible_playbook_reports_every_host_then_fails_the_broken_ones(fleet):
     output, report = run_site(fleet, {"k3s_gpu_summary_path": report_path}, "--check")
     totals = check_report(fleet, report, printed_summary(output), check_mode=True)
     assert totals["changed"] == 0, [row for row in report["hosts"] if row["would_change"]]
+    # a run with nothing to do: no task banner per host (each banner once), none of the role's tasks past its host
+    # step, and the play of the hosts with work to do has none
+    for play in output.split("PLAY [")[1:]:
+        banners = re.findall(r"^TASK \[(.*)\]", play, flags=re.M)
+        assert len(banners) == len(set(banners)), sorted(b for b in set(banners) if banners.count(b) > 1)
+        assert not [b for b in banners if b.startswith("k3s_gpu.nvidia.gpu_node")], banners
+    play = output.split("PLAY [Configure the GPU nodes with work to do]", 1)[1].split("PLAY [", 1)[0]
+    assert "skipping: no hosts matched" in play, play
 
 
 def test_ansible_runner_gets_the_same_report_as_stats_and_small_events(fleet):
@@ -196,25 +204,36 @@ def test_ansible_runner_gets_the_same_report_as_stats_and_small_events(fleet):
 
 
 def test_k3s_gpu_max_fail_percentage_stops_the_next_batches_and_the_report_still_comes(fleet):
-    """Batches of 8 (k3s_gpu_serial), no failure allowed (k3s_gpu_max_fail_percentage 0, the default): the batch after
-    the failing host's is left untouched, and so is every one after it; their rows say why, the clusters are written
-    as partial runs, and the run fails after the report."""
+    """Batches of 8 (k3s_gpu_serial) of the hosts with work to do, no failure allowed (k3s_gpu_max_fail_percentage 0,
+    the default): the first batch past the failing host (in the run's order) is left untouched, and so is every one
+    after it; their rows say why, the clusters are written as partial runs, and the run fails after the report. The
+    hosts without a GPU had nothing to do: they are no batch's and no row of theirs says left out."""
     reset_trees(fleet)
     output, report = run_site(fleet, {"k3s_gpu_summary_path": str(fleet["work"] / "batches.json"), "k3s_gpu_serial": 8})
     order = [node.name for node in fleet["nodes"] if node.role == "server"] + \
-        [node.name for node in fleet["nodes"] if node.role == "agent"]  # the inventory's order: the batches'
-    batch_of_failure = order.index(fleet["failing"]) // 8
-    ran = set(order[:(batch_of_failure + 1) * 8])
+        [node.name for node in fleet["nodes"] if node.role == "agent"]  # the inventory's order: the run's
+    broken = (fleet["failing"], fleet["unreachable"])  # the first pass cannot read them
+    gpu = set(node.name for node in fleet["nodes"] if node.has_gpu)
+    due = [host for host in order if host in gpu and host not in broken]
+    batches = [due[start:start + 8] for start in range(0, len(due), 8)]
+    halted_at = next(number for number, batch in enumerate(batches)
+                     if number and any(host in broken for host in order[:order.index(batch[0])]))
+    before = order[:order.index(batches[halted_at][0])]
+    failed_before = [host for host in before if host in broken]
+    expected_left = sorted(host for batch in batches[halted_at:] for host in batch)
     rows = dict((row["host"], row) for row in report["hosts"])
     left = sorted(host for host, row in rows.items() if row["status"] == "left out")
-    assert left == sorted(set(order) - ran), left
-    assert all(rows[host]["reason"].startswith("left out: 1 of the %d hosts before this batch failed (%s)"
-                                               % ((batch_of_failure + 1) * 8, fleet["failing"])) for host in left), \
-        rows[left[0]]
+    assert left and left == expected_left, (left, expected_left)
+    reason = "left out: %d of the %d hosts before this batch failed (%s)" % (len(failed_before), len(before),
+                                                                             ", ".join(failed_before))
+    assert all(rows[host]["reason"].startswith(reason) for host in left), (rows[left[0]], reason)
     assert report["totals"]["left_out"] == len(left) and report["totals"]["failed"] == 1
-    # nothing of a left-out host was touched
+    assert sorted(host for host, row in rows.items() if row["status"] == "skipped") == fleet["no_gpu"]
+    # nothing of a left-out host was touched, and its cluster was written as a partial run
     for node in fleet["nodes"]:
         if node.name in left:
             root = sandbox_fleet.node_root(fleet["trees"], node)
             assert not os.path.exists(os.path.join(root, "etc/rancher", node.distribution, "config.yaml.d")), node.name
+    partial = set(row["cluster"] for row in report["clusters"] if not row["complete"])
+    assert set(fleet["clusters"][host] for host in left) <= partial, (partial, left)
     assert "PLAY RECAP" in output and recap(output)[fleet["failing"]]["failed"] == 1

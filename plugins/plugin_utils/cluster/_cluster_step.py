@@ -153,7 +153,8 @@ def node_reports(hosts, host_vars, read_node_vars):
     host_vars(host): what tasks registered on the host (gpu_node_result from the role in this run, or the runtimeclasses playbook's
     reading); read_node_vars(host): its gpu_node_mode and gpu_node_driver_install, converted (where its gpu_node_result
     does not have them in its settings). A host whose role step
-    failed, was deferred to the rollout play, or has no reading at all (unreachable), makes the picture incomplete; a host the role left alone (no
+    failed, was deferred to the rollout play or left out by site's stopped batches, or has no reading at all
+    (unreachable), makes the picture incomplete; a host the role left alone (no
     GPU) is not a GPU node. A host with neither (the gpu_operator playbook on its own) counts with its mode only."""
     nodes = []
     complete = True
@@ -164,7 +165,8 @@ def node_reports(hosts, host_vars, read_node_vars):
         if isinstance(result, dict) and result:
             # deferred: k3s_gpu.nvidia.site changes it later, in its rollout play; its handlers are not known yet
             deferred = (seen.get(rollout.DISRUPTION_FACT) or {}).get("deferred")
-            if result.get("failed") or result.get("unreachable") or deferred:
+            # work_due: site's first pass read it, and its batches stopped before the role changed it
+            if result.get("failed") or result.get("unreachable") or deferred or result.get("work_due"):
                 complete = False
                 continue
             if result.get("status", "configured") != "configured":

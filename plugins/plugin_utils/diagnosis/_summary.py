@@ -62,15 +62,17 @@ def row(host, result, check_mode=False, rollout=None, failure=None, left_out=Non
         result = dict(result, failed=True, msg=rollout["failure"])
     elif failure and not unreachable:
         result = dict(result, failed=True, msg=failure)
-    failed = bool(result.get("failed")) or unreachable or "status" not in result
+    # the first pass's reading only (work_due): site's batches stopped before the role went further on the host
+    left = bool(left_out) and (bool(result.get("work_due")) or "status" not in result)
+    failed = bool(result.get("failed")) or unreachable or "status" not in result or left
     if unreachable:
         status = UNREACHABLE
     elif result.get("failed"):
         status = FAILED
+    elif left:
+        status, result = LEFT_OUT, dict(result, msg=left_out)
     elif "status" in result:
         status = result["status"]
-    elif left_out:
-        status, result = LEFT_OUT, dict(result, msg=left_out)
     else:
         status = NOT_REACHED
     # host_changed: set by the restart handler, whose own `changed` is the restart

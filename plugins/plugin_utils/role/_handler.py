@@ -33,7 +33,9 @@ def restart_verified(task, result, settings, task_vars):
     units = facts.units
     reason = restart.why_not(bool(task.check_mode), settings["restart"], state.plan.live, units)
     if reason:
-        task.display.display(restart.not_restarted(task.host, units[0] if units else facts.distribution, reason))
+        line = restart.not_restarted(task.host, units[0] if units else facts.distribution, reason)
+        task.display.display(line)  # it asks for an action; on the host's own result too, as the host step's
+        result["msg"] = " ".join(filter(None, [node.get("msg"), line]))
         result["changed"] = False
         return result
     unit = units[0]

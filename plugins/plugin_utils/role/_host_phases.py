@@ -54,7 +54,26 @@ def _reading_failed(result, host, reading, ending):
     return host_step.failed(result, ended("%s: %s" % (host, host_step.role_message(reading)), ending))
 
 
-def decide(task, result, settings, task_vars):
+# the in-memory group of the hosts on which the role has work to do (phase probe): k3s_gpu.nvidia.site runs the rest of
+# the role on it
+DUE_GROUP = "k3s_gpu_nvidia_due"
+
+
+def probe(task, result, settings, task_vars):
+    """decide without writing or printing. A host with work due (an install, a removal, files to write) joins DUE_GROUP
+    the way ansible.builtin.group_by's result adds it: by the result's add_group, which the strategy applies in the
+    controller's main process, so that a host with nothing to do costs no other task (no worker, no task banner)."""
+    result = decide(task, result, settings, task_vars, write=False)
+    if not result.get("failed") and (result.get("install_due") or result.get("configure_due")):
+        # work_due: the role went no further on this host (k3s_gpu.nvidia.site's batches stopped before it) while its
+        # result is this one; the next task of the role registers over it
+        result.update(add_group=DUE_GROUP, work_due=True)
+    return result
+
+
+def decide(task, result, settings, task_vars, write=True):
+    """Read the node and decide; configure it here where no restart can follow (write=False: never, configure_due then
+    says that files are to be written)."""
     host = task.host
     settings = release_settings(task, settings, task_vars)
     if settings.get("release_from"):
@@ -87,7 +106,7 @@ def decide(task, result, settings, task_vars):
     # where k3s/rke2 can restart, a change is written by the role's next task, which notifies the restart handler;
     # elsewhere (check mode, a sandbox tree, gpu_node_restart false) it is written here and no handler runs
     restarts = restart.notified(task.check_mode, settings["restart"], plan.live)
-    result = configure_node(task, result, settings, facts, plan, write=not restarts)
+    result = configure_node(task, result, settings, facts, plan, write=write and not restarts)
     if result.get("changed") and not result.get("failed") and not restarts:
         reason = restart.why_not(bool(task.check_mode), settings["restart"], plan.live, facts.units)
         line = restart.not_restarted(task.host, facts.units[0] if facts.units else facts.distribution, reason)

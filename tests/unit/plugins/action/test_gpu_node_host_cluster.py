@@ -124,6 +124,47 @@ def test_a_change_that_can_be_restarted_is_written_by_the_configure_task(sandbox
     assert again["changed"] is False and again["configure_due"] is False
 
 
+@pytest.mark.parametrize("check_mode", [True, False])
+def test_the_probe_writes_and_prints_nothing_and_puts_a_host_with_work_into_the_due_group(sandbox, check_mode):
+    """site's first pass (issue 44): where the plan phase would write itself (a sandbox tree, check mode), the probe
+    writes nothing, shows no diff and prints nothing; it says configure_due and adds the host to k3s_gpu_nvidia_due the
+    way group_by's result does. The role's configure phase then writes from its reading; a probe after that finds
+    nothing due and adds the host to no group."""
+    sandbox.k3s("k3s", "package")
+    before = sandbox.snapshot()
+    with mock.patch.object(gpu_node_host.display, "display") as shown:
+        probed = host_step(sandbox, {"phase": "probe"}, check_mode=check_mode)
+    assert not probed.get("failed"), probed.get("msg")
+    assert (probed["configure_due"], probed["changed"], probed["add_group"], probed["work_due"]) == (
+        True, False, "k3s_gpu_nvidia_due", True)
+    assert "diff" not in probed and shown.call_args_list == [] and sandbox.snapshot() == before
+    if check_mode:
+        return
+    configured = host_step(sandbox, {"phase": "configure", "node": probed["node"]})
+    assert configured["changed"] and sandbox.snapshot() != before
+    again = host_step(sandbox, {"phase": "probe"})
+    assert again["configure_due"] is False and "add_group" not in again and "work_due" not in again
+
+
+def test_the_handler_that_cannot_restart_says_so_once_and_on_the_host_result(sandbox):
+    """Under site the sandbox's files are written by the configure task (after the probe), and the handler runs: it
+    prints the line of a restart left to the user once, and keeps it on the host's result as the host step did."""
+    sandbox.k3s("k3s", "package")
+    probed = host_step(sandbox, {"phase": "probe"})
+    configured = host_step(sandbox, {"phase": "configure", "node": probed["node"]})
+    line = "gpu1: the containerd configuration changed; restart k3s to apply it"
+    with mock.patch.object(gpu_node_host.display, "display") as shown:
+        handled = host_step(sandbox, {"phase": "restart"}, gpu_node_result=configured)
+    assert [c.args[0] for c in shown.call_args_list if c.args[0].startswith(line)] and len(shown.call_args_list) == 1
+    assert handled["changed"] is False and handled["host_changed"] is True and line in handled["msg"], handled
+
+
+def test_the_probe_of_a_host_without_a_gpu_adds_it_to_no_group(sandbox):
+    sandbox.k3s("k3s", "package")
+    probed = host_step(sandbox, {"phase": "probe"}, gpu_node_force=False)
+    assert probed["status"] == "skipped" and "add_group" not in probed and not probed.get("changed")
+
+
 def test_a_refusal_is_one_message_and_no_internal_state(sandbox):
     sandbox.k3s("k3s", "package")
     # a template k3s cannot parse: an {{ end }} without its {{ if }}
@@ -143,7 +184,7 @@ def test_a_role_variable_of_the_wrong_type_is_refused_by_its_name(sandbox):
 
 
 @pytest.mark.parametrize("module,args,words", [
-    (gpu_node_host, {"phase": "bogus"}, "value of phase must be one of: plan, reread, configure, restart, upgrade_check, doctor, got: bogus"),
+    (gpu_node_host, {"phase": "bogus"}, "value of phase must be one of: plan, probe, reread, configure, restart, upgrade_check, doctor, got: bogus"),
     (gpu_node_host, {"phase": "configure"}, "phase is configure but all of the following are missing: node"),
     (gpu_node_host, {"phase": "plan", "fail": "perhaps"}, "fail"),
     (gpu_node_host, {"phases": "plan"}, "Unsupported parameters"),

@@ -133,6 +133,14 @@ def test_a_node_left_to_the_rollout_play_makes_the_picture_incomplete():
     assert complete is True and [n["host"] for n in nodes] == ["gpu1"]
 
 
+def test_a_node_whose_batch_was_stopped_after_the_first_reading_makes_the_picture_incomplete():
+    """site's first pass read it (work_due) and its batches stopped before the role changed it: its handlers are those
+    of before the change the run meant to make, so the cluster gets objects added, never removed."""
+    result = {"status": "configured", "handlers": ["nvidia"], "gpu_operator": False, "configure_due": True,
+              "work_due": True}
+    assert reports({"gpu1": {"gpu_node_result": result}}) == ([], False)
+
+
 # the drop-in the collection writes for a handler the release does not render (containerd 2, config version 3)
 DROPIN = """version = 3
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes."nvidia-cdi"]

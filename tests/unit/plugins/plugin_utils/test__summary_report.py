@@ -52,6 +52,18 @@ def test_a_left_out_host_that_has_a_result_keeps_it():
     assert report["hosts"][0]["status"] == "configured"
 
 
+def test_a_host_whose_batch_was_stopped_after_the_first_reading_is_left_out_and_unchanged():
+    """site's first pass read it (the host step's probe: work_due, the configured status of its reading); the batches
+    stopped before the role went further: left out, the reason of the stop, nothing changed or to restart."""
+    probed = dict(CONFIGURED, changed=False, configure_due=True, work_due=True, add_group="k3s_gpu_nvidia_due")
+    report = summary.summarize([("gpu1", probed)], left_out={"gpu1": "left out: 1 of the 4 hosts before this batch failed"})
+    row = report["hosts"][0]
+    assert (row["status"], row["reason"], row["changed"], row["restart_needed"]) == (
+        "left out", "left out: 1 of the 4 hosts before this batch failed", False, False), row
+    # the same reading where no batch stopped (a run without batches, k3s_gpu_serial 100%) is the host's own row
+    assert summary.summarize([("gpu1", dict(CONFIGURED, changed=False))])["hosts"][0]["status"] == "configured"
+
+
 def fleet(hosts):
     """A fleet's results as the site's summary gets them: three in four GPU nodes configured and unchanged, the others
     without a GPU, one changed and one failed per 500."""
