@@ -29,14 +29,19 @@ class ActionModule(SpecAction):
         reports = self._reports(args)
         names = args["node_names"] or {}
         if args["phase"] == "choose":
-            pairs = doctor.pod_pairs(reports, names, args["cluster"] or {}, args["runtimeclasses"])
-            result.update(changed=False, pairs=pairs, pods=verify.smoke_pods({"pairs": pairs}, args["namespace"], args["image"]))
+            cluster = args["cluster"] or {}
+            chosen = {"pairs": doctor.pod_pairs(reports, names, cluster, args["runtimeclasses"]),
+                      "claim_pairs": doctor.claim_pairs(reports, names, cluster, args["runtimeclasses"])}
+            result.update(changed=False, pairs=chosen["pairs"] + chosen["claim_pairs"],
+                          pods=verify.smoke_pods(chosen, args["namespace"], args["image"]),
+                          claim_templates=verify.claim_templates(chosen, args["namespace"]))
             return result
         if args["pods"] is not None:
             logs = dict(((entry.get("item") or {}).get("metadata", {}).get("name"), entry.get("log_lines") or [])
                         for entry in args["logs"])
             for report in reports:
-                doctor.check_pods(report, names.get(report["host"]) or report["host"], args["pods"], args["events"], logs)
+                doctor.check_pods(report, names.get(report["host"]) or report["host"], args["pods"], args["events"], logs,
+                                  args["claims"])
         for report in reports:
             report["status"] = "BROKEN" if report.get("broken") else "OK" if report.get("gpu_node") else "no GPU"
             report["broken_layer"] = (report.get("broken") or {}).get("layer")

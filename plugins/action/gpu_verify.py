@@ -18,6 +18,7 @@ import time
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _specs as specs
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._spec_action import SpecAction
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _dra_layers as dra_layers
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _verify as verify
 
 POLL_SECONDS = 2
@@ -26,7 +27,10 @@ POLL_SECONDS = 2
 # the retry mends clears within it
 STUCK_SECONDS = 20
 # what `choose` reads with a kubeconfig: objects of no namespace
-CLUSTER_KINDS = {"RuntimeClass": {"kind": "RuntimeClass", "api_version": "node.k8s.io/v1"}, "Node": {"kind": "Node"}}
+CLUSTER_KINDS = {"RuntimeClass": {"kind": "RuntimeClass", "api_version": "node.k8s.io/v1"}, "Node": {"kind": "Node"},
+                 "DeviceClass": {"kind": "DeviceClass", "api_version": dra_layers.RESOURCE_API},
+                 "ResourceSlice": {"kind": "ResourceSlice", "api_version": dra_layers.RESOURCE_API}}
+NAMESPACED_KINDS = {"ResourceClaim": {"kind": "ResourceClaim", "api_version": dra_layers.RESOURCE_API}}
 
 
 def kubernetes_core_installed():
@@ -59,13 +63,16 @@ class ActionModule(SpecAction):
             self._check_kubeconfig(args.get("kubeconfig") or "")  # the check alone (the doctor's, before any read)
             return result
         if phase == "choose":
-            classes, nodes = args["classes"], args["nodes"]
+            classes, nodes, dra = args["classes"], args["nodes"], args["dra"]
             if args.get("kubeconfig"):
                 self._check_kubeconfig(args["kubeconfig"])
                 classes, nodes = self._read("RuntimeClass", args, task_vars), self._read("Node", args, task_vars)
-            chosen = verify.choose(classes, nodes, args["wanted"])
+                if any(dra_layers.is_dra_node(node) for node in nodes):
+                    dra = self._read_dra(args, task_vars)
+            chosen = verify.choose(classes, nodes, args["wanted"], dra)
             result.update(chosen)
             result["pods"] = verify.smoke_pods(chosen, args["namespace"], args["image"])
+            result["claim_templates"] = verify.claim_templates(chosen, args["namespace"])
             result["lines"] = [verify.broken_line(entry) for entry in chosen["problems"]] + chosen["notes"]
             message = verify.refusal(chosen)
             if message:
@@ -77,7 +84,7 @@ class ActionModule(SpecAction):
         logs = [{"name": (entry.get("item") or {}).get("metadata", {}).get("name"), "lines": entry.get("log_lines") or []}
                 for entry in args["logs"]]
         reported = verify.report(args["pods"], logs, args["expected"], args["allocatable"], args["events"], args["problems"],
-                                 args["notes"])
+                                 args["notes"], args["claims"])
         result.update(lines=reported["lines"], failed_pods=reported["failed"], msg=reported["lines"])
         if reported["failed"]:
             result.update(failed=True, msg=reported["lines"] + ["GPU smoke test failed: %s" % ", ".join(reported["failed"])])
@@ -90,7 +97,11 @@ class ActionModule(SpecAction):
             raise verify.kubernetes_core_missing()
 
     def _read(self, kind, args, task_vars):
-        module_args = dict(CLUSTER_KINDS.get(kind) or {"kind": kind, "namespace": args["namespace"]})
+        return self._read_found(kind, args, task_vars).get("resources") or []
+
+    def _read_found(self, kind, args, task_vars):
+        module_args = dict(CLUSTER_KINDS.get(kind) or dict(NAMESPACED_KINDS.get(kind) or {"kind": kind},
+                                                           namespace=args["namespace"]))
         if kind == "Pod":
             module_args["label_selectors"] = [verify.LABEL_SELECTOR]
         if args.get("kubeconfig"):
@@ -98,7 +109,15 @@ class ActionModule(SpecAction):
         found = self._execute_module(module_name=verify.KUBERNETES_CORE_MODULE, module_args=module_args, task_vars=task_vars)
         if found.get("failed"):
             raise verify.read_error(kind, _failure_message(found), args.get("kubeconfig"))
-        return found.get("resources") or []
+        return found
+
+    def _read_dra(self, args, task_vars):
+        """What the DRA nodes' layers need: whether resource.k8s.io/v1 is served (k8s_info's api_found: a cluster
+        without it is no failure), the ResourceSlices and the DeviceClasses."""
+        slices = self._read_found("ResourceSlice", args, task_vars)
+        classes = self._read_found("DeviceClass", args, task_vars)
+        return {"dra_api": bool(slices.get("api_found", True)), "resourceslices": slices.get("resources") or [],
+                "deviceclasses": classes.get("resources") or []}
 
     def _wait(self, args, task_vars):
         """{pods, events, waited_seconds}: polls until every pod has ended or been broken for STUCK_SECONDS, or the timeout."""
@@ -106,10 +125,15 @@ class ActionModule(SpecAction):
             self._check_kubeconfig(args["kubeconfig"])
         started = time.monotonic()
         deadline = started + args["timeout"]
-        broken_since = {}
+        broken_since, allocated = {}, {}
         while True:
             pods = self._read("Pod", args, task_vars)
             events = self._read("Event", args, task_vars)
+            if any(dra_layers.is_claim_pod(pod) for pod in pods):
+                # a claim's allocation is read while its pod holds it: the claim controller releases it once the pod ends
+                for claim in self._read("ResourceClaim", args, task_vars):
+                    if dra_layers.allocation(claim):
+                        allocated[claim["metadata"]["name"]] = claim
             now = time.monotonic()
             open_pods = []
             for pod, found in verify.settle(pods, events):
@@ -121,5 +145,6 @@ class ActionModule(SpecAction):
                 elif now - broken_since.setdefault(pod["metadata"]["name"], now) < STUCK_SECONDS:
                     open_pods.append(pod)
             if (not open_pods and len(pods) >= args["expected"]) or now >= deadline:
-                return {"pods": pods, "events": events, "waited_seconds": round(now - started, 1)}
+                return {"pods": pods, "events": events, "claims": [allocated[name] for name in sorted(allocated)],
+                        "waited_seconds": round(now - started, 1)}
             time.sleep(POLL_SECONDS)

@@ -135,6 +135,8 @@ GPU_VERIFY_SPEC = dict(
     allocatable=dict(type="dict", default={}),
     problems=dict(type="list", elements="dict", default=[]),
     notes=dict(type="list", elements="str", default=[]),
+    dra=dict(type="dict", default={}),
+    claims=dict(type="list", elements="dict", default=[]),
 )
 
 GPU_DOCTOR_SPEC = dict(
@@ -152,6 +154,7 @@ GPU_DOCTOR_SPEC = dict(
     pods=dict(type="list", elements="dict"),
     events=dict(type="list", elements="dict", default=[]),
     logs=dict(type="list", elements="dict", default=[]),
+    claims=dict(type="list", elements="dict", default=[]),
 )
 
 

@@ -22,7 +22,8 @@ extends_documentation_fragment: k3s_gpu.nvidia.action_attributes
 options:
   phase:
     description:
-      - V(choose) - the pod layer's smoke pods (RETURN C(pods), C(pairs)) for the nodes whose other layers passed.
+      - V(choose) - the pod layer's smoke pods (RETURN C(pods), C(pairs)) for the nodes whose other layers passed; on a
+        node labelled for DRA, the claim layer's claim pods.
       - V(report) - the lines, the JSON report and the failure; with O(pods), the pod layer from what the pods did.
     type: str
     choices: [choose, report]
@@ -79,6 +80,12 @@ options:
     type: list
     elements: dict
     default: []
+  claims:
+    description: The ResourceClaims of the claim pods, read while they ran (C(k3s_gpu.nvidia.gpu_verify)'s wait), for
+      the claim layer of the DRA nodes.
+    type: list
+    elements: dict
+    default: []
 """
 
 EXAMPLES = r"""
@@ -119,7 +126,12 @@ pairs:
   type: list
   elements: list
 pods:
-  description: V(choose) - the smoke pods' manifests.
+  description: V(choose) - the smoke pods' manifests (on a DRA node, claim pods, with a claim of C(claim_templates)).
+  returned: success
+  type: list
+  elements: dict
+claim_templates:
+  description: V(choose) - the ResourceClaimTemplate of the claim pods, where there is any.
   returned: success
   type: list
   elements: dict

@@ -107,6 +107,19 @@ options:
     description: V(report) - node name to its allocatable C(nvidia.com/gpu).
     type: dict
     default: {}
+  dra:
+    description:
+      - V(choose) without O(kubeconfig) - what the cluster has of DRA for the nodes labelled
+        C(k3s-gpu.nvidia/gpu-allocation=dra) - C(dra_api) (C(resource.k8s.io/v1) served), C(resourceslices) and
+        C(deviceclasses); with O(kubeconfig) they are read where such a node exists.
+    type: dict
+    default: {}
+  claims:
+    description: V(report) - the ResourceClaims of the smoke pods' namespace (the result of V(wait)), for the claim pods'
+      allocations.
+    type: list
+    elements: dict
+    default: []
 """
 
 EXAMPLES = r"""
@@ -132,11 +145,25 @@ allocatable:
   description: V(choose) - node name to its allocatable C(nvidia.com/gpu) (time-slicing and MPS replicas included).
   returned: success
   type: dict
+claim_templates:
+  description: V(choose) - the ResourceClaimTemplate (one device of DeviceClass C(gpu.nvidia.com)) the claim pods ask
+    for, where a node labelled for DRA passed its DRA layers; empty otherwise.
+  returned: success
+  type: list
+  elements: dict
+claims:
+  description: V(wait) - the ResourceClaims of the namespace when the wait ended (where any pod has a claim).
+  returned: success
+  type: list
+  elements: dict
 pods:
   description:
     - V(choose) - the smoke pods, one per GPU node and RuntimeClass, placed on the node by node affinity, with
       O(image) and the RuntimeClass, asking for one C(nvidia.com/gpu), looking for C(/dev/nvidia<N>),
-      C(libnvidia-ml.so) and C(nvidia-smi), then running C(nvidia-smi -L).
+      C(libnvidia-ml.so) and C(nvidia-smi), then running C(nvidia-smi -L). On a node labelled for DRA, one claim pod
+      per RuntimeClass the node serves and one without a RuntimeClass, each with a claim of O(namespace)'s
+      ResourceClaimTemplate instead of the C(nvidia.com/gpu) limit; on Kubernetes 1.36 also the C(nvidia) pod with
+      one C(nvidia.com/gpu), which DRA serves there.
     - V(wait) - the smoke pods as the API has them when the wait ended.
   returned: success
   type: list

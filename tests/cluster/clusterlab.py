@@ -843,14 +843,6 @@ def write_cdi_spec(spec):
     os.replace(tmp, path("cdi", CDI_SPEC_NAME))
 
 
-def stop_process(state, name):
-    """Stop one of the lab's daemons (SIGTERM); `start_again` brings it back as `up` started it."""
-    record = state["processes"][name]
-    _kill([record["pid"]], signal.SIGTERM)
-    if _wait_gone([record["pid"]], 30):
-        raise LabError("%s (pid %d) did not stop in 30 s" % (name, record["pid"]))
-
-
 def start_again(state, name):
     record = state["processes"][name]
     start(state, name, record["argv"], env=record.get("env"))
@@ -1263,7 +1255,8 @@ def start_dra_testdouble(state):
 
 
 def stop_process(state, name):
-    """SIGTERM one of the lab's processes and wait until it is gone (a test's broken layer)."""
+    """SIGTERM one of the lab's processes and wait until it is gone (a test's broken layer); `start_again` brings a
+    daemon back as `up` started it."""
     record = state["processes"][name]
     with contextlib.suppress(ProcessLookupError):
         os.kill(record["pid"], signal.SIGTERM)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 
@@ -262,39 +263,110 @@ def test_the_seed_pod_is_served_through_dra_on_1_36_and_pending_on_1_34(dra_lab)
     dra_lab.kubectl("delete", "pod", name, "-n", "default", "--wait=true", "--timeout=60s")
 
 
-# ------------------------------------------------------------------ k3s_gpu.nvidia.doctor on the DRA node
-def run_doctor(dra_lab, case, tmp_path):
+# ------------------------------------------------------------------ k3s_gpu.nvidia.verify and doctor on the DRA node
+# nvidia and nvidia-cdi: the lab's NVIDIA runtime injects from CDI; nvidia-legacy runs NVIDIA's hook, which needs a
+# driver the lab does not have (as in test_cluster_lab)
+VERIFY_CLASSES = ("nvidia", "nvidia-cdi")
+
+
+def run_verify(dra_lab, case):
+    """The verify playbook as users run it; (rc, its report's lines, output)."""
+    extra = {"k3s_gpu_verify_image": dra_lab.busybox, "k3s_gpu_verify_timeout_seconds": 120,
+             "k3s_gpu_verify_runtimeclasses": list(VERIFY_CLASSES)}
+    rc, output = clusterlab.run_playbook("verify", "-e", json.dumps(extra), check=False)
+    lines = sorted(set(re.findall(r"lab-node(?: / [^\n\"']*?)?: (?:OK|BROKEN at|not tested)[^\"'\n]*", output)))
+    dra_lab.report.setdefault("verify", []).append({"case": case, "rc": rc, "lines": lines})
+    print("\nverify, %s: rc %d\n  %s" % (case, rc, "\n  ".join(lines)))
+    return rc, lines, output
+
+
+def run_doctor(dra_lab, case, tmp_path, run_pod=False):
     report_path = str(tmp_path / "doctor.json")
-    rc, output = clusterlab.run_playbook("doctor", "-e", json.dumps({"doctor_report_path": report_path}), check=False)
+    extra = {"doctor_report_path": report_path, "doctor_run_pod": run_pod, "k3s_gpu_verify_image": dra_lab.busybox,
+             "k3s_gpu_verify_timeout_seconds": 120, "k3s_gpu_verify_runtimeclasses": list(VERIFY_CLASSES)}
+    rc, output = clusterlab.run_playbook("doctor", "-e", json.dumps(extra), check=False)
     with open(report_path, encoding="utf-8") as handle:
         node = json.load(handle)["nodes"][0]
     dra_lab.report.setdefault("doctor", []).append({"case": case, "rc": rc, "status": node["status"],
-                                                    "broken": node.get("broken")})
+                                                    "broken": node.get("broken"), "passed": node.get("passed")})
     print("\ndoctor, %s: rc %d, %s %s" % (case, rc, node["status"], node.get("broken_layer") or ""))
     return rc, node, output
 
 
-def test_doctor_passes_the_dra_layers_on_the_good_dra_node(dra_lab, tmp_path):
-    rc, node, output = run_doctor(dra_lab, "good DRA node", tmp_path)
+def test_verify_runs_a_claim_pod_per_handler_and_without_one_and_the_seed_pod_where_dra_serves_it(dra_lab):
+    """Issue 45 item 5 and c, e, f: each claim pod is OK with the device its claim was allocated, the one /dev/nvidia<N>
+    it saw and nvidia-smi's line; on 1.36 the seed's pod (nvidia, nvidia.com/gpu: 1) is OK too, on 1.34 a note says
+    why it is not tested."""
+    rc, lines, output = run_verify(dra_lab, "good DRA node")
+    assert rc == 0, output[-4000:]
+    for label in ("no RuntimeClass",) + VERIFY_CLASSES:
+        pattern = (r"lab-node / %s \(claim\): OK \| claim gpu\.nvidia\.com lab-node/gpu-([01]) \| /dev/nvidia\1 \| "
+                   r"GPU \1: NVIDIA Lab Test Double" % re.escape(label))
+        assert [line for line in lines if re.match(pattern, line)], (label, lines)
+    if distro.has_feature(distro.Release("k3s", dra_lab.release), "dra_extended_resource"):
+        assert [line for line in lines if re.match(r"lab-node / nvidia: OK \| allocatable nvidia.com/gpu 0 \(GPUs through "
+                                                   r"DRA\) \| GPU [01]: NVIDIA Lab Test Double", line)], lines
+    else:
+        assert [line for line in lines if line.startswith("lab-node / nvidia with nvidia.com/gpu: 1: not tested: the "
+                                                          "node's GPUs are allocated through DRA, and its kubelet is v1.34")
+                and "from 1.36 (DRAExtendedResource" in line], lines
+    assert not dra_lab.get("pods", "-n", "k3s-gpu-verify")["items"]  # it cleaned up before it returned
+
+
+def test_doctor_passes_the_dra_layers_and_the_claim_layer_on_the_good_dra_node(dra_lab, tmp_path):
+    rc, node, output = run_doctor(dra_lab, "good DRA node", tmp_path, run_pod=True)
     assert rc == 0 and node["status"] == "OK", output[-4000:]
-    assert [p["layer"] for p in node["passed"]][-5:] == ["runtimeclass", "dra-api", "dra-conflict", "dra-driver",
-                                                         "deviceclass"], node["passed"]
-    assert node["passed"][-2]["detail"] == "%d device(s) of gpu.nvidia.com" % GPUS
+    assert [p["layer"] for p in node["passed"]][-6:] == ["runtimeclass", "dra-api", "dra-conflict", "dra-driver",
+                                                         "deviceclass", "claim"], node["passed"]
+    assert node["passed"][-3]["detail"] == "%d device(s) of gpu.nvidia.com" % GPUS
+    served = distro.has_feature(distro.Release("k3s", dra_lab.release), "dra_extended_resource")
+    assert ("a pod asking nvidia.com/gpu: 1 is served through DRA" if served else
+            "a pod asking nvidia.com/gpu: 1 stays Pending") in node["passed"][-2]["detail"], node["passed"][-2]
+    claim = node["passed"][-1]["detail"]
+    for label in ("no RuntimeClass",) + VERIFY_CLASSES:
+        assert re.search(r"(^|; )%s: claim gpu\.nvidia\.com lab-node/gpu-[01] \| /dev/nvidia[01] \| GPU [01]: "
+                         % re.escape(label), claim), claim
 
 
-def test_doctor_names_the_deviceclass_when_it_is_gone(dra_lab, tmp_path):
+def test_verify_and_doctor_name_the_deviceclass_when_it_is_gone(dra_lab, tmp_path):
     saved = dra_lab.get("deviceclass", NVIDIA_CLASS)
     dra_lab.kubectl("delete", "deviceclass", NVIDIA_CLASS)
     try:
         rc, node, output = run_doctor(dra_lab, "DeviceClass deleted", tmp_path)
         assert rc != 0 and node["broken_layer"] == "deviceclass", output[-4000:]
+        rc, lines, output = run_verify(dra_lab, "DeviceClass deleted")
+        assert rc != 0 and "lab-node: BROKEN at deviceclass: there is no DeviceClass gpu.nvidia.com" in "\n".join(lines), lines
     finally:
         for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"):
             saved["metadata"].pop(key, None)
         dra_lab.kubectl("apply", "-f", "-", stdin=json.dumps(saved))
 
 
-def test_doctor_names_the_driver_when_it_stopped(dra_lab, tmp_path):
+def test_verify_and_doctor_name_a_cdi_dir_that_containerd_does_not_scan(dra_lab, tmp_path):
+    """containerd's cdi_spec_dirs narrowed to leave out the dir the DRA driver writes its claims' specs to (the lab's
+    stand-in for /var/run/cdi): the claim is allocated and prepared, and containerd cannot resolve its CDI device."""
+    state = clusterlab.read_state()
+    config = clusterlab.path("containerd", "config.toml")
+    with open(config, encoding="utf-8") as handle:
+        original = handle.read()
+    cdi_dir = clusterlab.path("cdi")
+    assert cdi_dir in original, "the lab's containerd config does not name %s" % cdi_dir
+    clusterlab.restart_containerd(state, lambda text: text.replace(cdi_dir, cdi_dir + "-not-scanned"))
+    try:
+        rc, lines, output = run_verify(dra_lab, "containerd does not scan the DRA driver's CDI dir")
+        assert rc != 0, output[-4000:]
+        # the claims the pods stuck at their CDI devices hold may leave the node no device for the others (2 GPUs)
+        broken = [line for line in lines if re.match(r"lab-node / [^:]+ \(claim\): BROKEN at cdi: ", line)]
+        assert broken and all("unresolvable CDI devices k8s.gpu.nvidia.com/claim=" in line
+                              and "Fix: containerd must scan /var/run/cdi" in line for line in broken), lines
+        rc, node, output = run_doctor(dra_lab, "containerd does not scan the DRA driver's CDI dir", tmp_path, run_pod=True)
+        assert rc != 0 and node["broken_layer"] == "claim", output[-4000:]
+        assert "(the cdi layer, as the pod shows it)" in node["broken"]["cause"], node["broken"]
+    finally:
+        clusterlab.restart_containerd(state, lambda _text: original)
+
+
+def test_verify_and_doctor_name_the_driver_when_it_stopped(dra_lab, tmp_path):
     state = clusterlab.read_state()
     clusterlab.stop_process(state, "dra-plugin-testdouble")
     try:
@@ -305,6 +377,8 @@ def test_doctor_names_the_driver_when_it_stopped(dra_lab, tmp_path):
         dra_lab.report["slices_gone_seconds"] = round(120 - (deadline - time.monotonic()), 1)
         rc, node, output = run_doctor(dra_lab, "DRA driver stopped", tmp_path)
         assert rc != 0 and node["broken_layer"] == "dra-driver", output[-4000:]
+        rc, lines, output = run_verify(dra_lab, "DRA driver stopped")
+        assert rc != 0 and [line for line in lines if line.startswith("lab-node: BROKEN at dra-driver: ")], lines
     finally:
         clusterlab.start_dra_testdouble(state)
         deadline = time.monotonic() + 60
@@ -313,7 +387,7 @@ def test_doctor_names_the_driver_when_it_stopped(dra_lab, tmp_path):
     assert clusterlab.dra_devices(state).get(NVIDIA_CLASS) == GPUS
 
 
-def test_doctor_names_the_conflict_when_a_device_plugin_also_serves_the_dra_node(dra_lab, tmp_path):
+def test_verify_and_doctor_name_the_conflict_when_a_device_plugin_also_serves_the_dra_node(dra_lab, tmp_path):
     """Last in the module: kubelet keeps the device plugin's capacity a while after it stops."""
     state = clusterlab.read_state()
     clusterlab.start_device_plugin_beside_dra(state)
@@ -325,5 +399,7 @@ def test_doctor_names_the_conflict_when_a_device_plugin_also_serves_the_dra_node
         rc, node, output = run_doctor(dra_lab, "device plugin and DRA on one node", tmp_path)
         assert rc != 0 and node["broken_layer"] == "dra-conflict", output[-4000:]
         assert "both hand out the same GPUs" in node["broken"]["cause"], node["broken"]
+        rc, lines, output = run_verify(dra_lab, "device plugin and DRA on one node")
+        assert rc != 0 and [line for line in lines if line.startswith("lab-node: BROKEN at dra-conflict: ")], lines
     finally:
         clusterlab.stop_process(state, "device-plugin")

@@ -15,12 +15,13 @@ import posixpath
 import re
 import time
 
-from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, clause
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import clause
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _dra_layers as dra_layers
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _verify as verify
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_reading as node_reading
 
@@ -28,16 +29,14 @@ NODE_LAYERS = ("gpu", "driver", "toolkit", "cdi", "containerd-config", "runtime-
 # dra-conflict: a device plugin and NVIDIA's DRA driver both serve the node
 CLUSTER_LAYERS = ("runtimeclass", "dra-conflict", "device-plugin", "allocatable", "pod")
 # a node with gpu_node_allocation=dra instead of device-plugin and allocatable: NVIDIA's DRA driver serves it
-DRA_LAYERS = ("dra-api", "dra-driver", "deviceclass")
+DRA_LAYERS = ("dra-api", "dra-driver", "deviceclass", "claim")
 LAYERS = NODE_LAYERS + CLUSTER_LAYERS + DRA_LAYERS
 
 FABRIC_MANAGER_UNIT = "nvidia-fabricmanager"
 PERSISTENCED_UNIT = "nvidia-persistenced"
 
 
-class Broken(K3sGpuError):
-    """A layer that is broken: what is wrong on the node, and what to run or set (the role's variable where one does).
-    Its own type: the doctor catches it to name the layer, and lets every other error through."""
+Broken = dra_layers.Broken  # a broken layer: its cause and fix (the DRA layers raise it too)
 
 
 def _gpu_count(driver):
@@ -225,8 +224,8 @@ def _check_cdi_refresh(facts, node):
         "; %s not enabled (gpu_node_cdi_refresh: false)" % distro.CDI_REFRESH_UNIT
 
 
-def _cdi_switch(facts):
-    """enable_cdi in the config.toml k3s/rke2 wrote (None: not set there)."""
+def _cri_setting(facts, key):
+    """`key` of containerd's CRI table in the config.toml k3s/rke2 wrote (None: not set there)."""
     text = node_reading.config_text(facts, "generated_config")
     if not text:
         return None
@@ -237,11 +236,36 @@ def _cdi_switch(facts):
     for schema in (3, 2):
         path = distro.cri_table(schema)
         table = data
-        for key in path:
-            table = table.get(key) if isinstance(table, dict) else None
-        if isinstance(table, dict) and "enable_cdi" in table:
-            return bool(table["enable_cdi"])
+        for part in path:
+            table = table.get(part) if isinstance(table, dict) else None
+        if isinstance(table, dict) and key in table:
+            return table[key]
     return None
+
+
+def _cdi_switch(facts):
+    """enable_cdi in the config.toml k3s/rke2 wrote (None: not set there)."""
+    switch = _cri_setting(facts, "enable_cdi")
+    return None if switch is None else bool(switch)
+
+
+def _check_dra_cdi(facts):
+    """A DRA node: NVIDIA's DRA driver writes each claim's CDI spec into /var/run/cdi, which containerd must resolve:
+    CDI on, and that dir among cdi_spec_dirs (containerd's default has it; a template that narrows the list is the
+    finding)."""
+    switch = _cdi_switch(facts)
+    if not (switch if switch is not None else bool(facts.profile.get("cdi_default_on"))):
+        raise Broken("enable_cdi is off in %s, but NVIDIA's DRA driver hands each claim's devices to containerd as CDI "
+                     "devices: claim pods fail to start" % facts.paths["config"],
+                     "leave gpu_node_enable_cdi on (k3s_gpu.nvidia.site turns CDI on where the release lacks it), and "
+                     "take enable_cdi = false out of the node's config template")
+    dirs = _cri_setting(facts, "cdi_spec_dirs")
+    if isinstance(dirs, list) and dra_layers.CLAIM_CDI_DIR not in [str(d).rstrip("/") for d in dirs]:
+        raise Broken("cdi_spec_dirs in %s is %s, without %s, where NVIDIA's DRA driver writes each claim's CDI spec: "
+                     "containerd cannot resolve a claim's devices" % (facts.paths["config"], dirs, dra_layers.CLAIM_CDI_DIR),
+                     "take cdi_spec_dirs out of the node's config template (containerd's default is /etc/cdi and "
+                     "/var/run/cdi), or add %s to it" % dra_layers.CLAIM_CDI_DIR)
+    return "; CDI on for NVIDIA's DRA driver (%s scanned)" % dra_layers.CLAIM_CDI_DIR
 
 
 def check_containerd_config(facts, node):
@@ -278,7 +302,8 @@ def check_containerd_config(facts, node):
                          "containerd with CDI on resolves: GPU pods fail to start" % facts.paths["config"],
                          "gpu_node_enable_cdi: true with k3s_gpu.nvidia.site (or device list strategy envvar: "
                          "gpu_node_device_plugin_device_list_strategy)")
-    return "handlers %s in what containerd loads" % (", ".join(sorted(loaded)) or "none")
+    dra = _check_dra_cdi(facts) if node.get("allocation") == k8s_labels.ALLOCATION_DRA else ""
+    return "handlers %s in what containerd loads%s" % (", ".join(sorted(loaded)) or "none", dra)
 
 
 def _when(stamp):
@@ -524,69 +549,29 @@ def check_allocatable(report, node, cluster):
     return "allocatable nvidia.com/gpu %s, %d in use" % (allocatable, used)
 
 
-# --- DRA (gpu_node_allocation=dra): NVIDIA's DRA driver publishes the node's GPUs as ResourceSlices --------------
-DRA_DRIVER = release_rules.DRA_DRIVER_CHART["driver"]
-DRA_DEVICE_CLASS = release_rules.DRA_DRIVER_CHART["device_class"]
+# --- DRA (gpu_node_allocation=dra): NVIDIA's DRA driver publishes the node's GPUs as ResourceSlices (the rules are
+# in _dra_layers, shared with verify)
+def _dra_check(check):
+    return lambda _report, node, cluster: check(node, cluster)
 
 
-def _dra_devices(cluster, node_name, driver=DRA_DRIVER):
-    """The devices the driver's ResourceSlices publish for the node."""
-    devices = []
-    for item in cluster.get("resourceslices") or []:
-        spec = item.get("spec") or {}
-        if spec.get("driver") == driver and spec.get("nodeName") == node_name:
-            devices += spec.get("devices") or []
-    return devices
-
-
-def check_dra_api(_report, _node, cluster):
-    if not cluster.get("dra_api"):
-        raise Broken("the API server does not serve resource.k8s.io/v1 (ResourceSlices, DeviceClasses): DRA is off",
-                     "k3s/rke2 v1.34.2 or newer serve it by default; on an older release keep "
-                     "gpu_node_allocation=device_plugin")
-    return "resource.k8s.io/v1 served"
-
-
-def check_dra_driver(_report, node, cluster):
-    name = node["metadata"]["name"]
-    devices = _dra_devices(cluster, name)
-    if not devices:
-        raise Broken("no ResourceSlice of the driver %s publishes a device of this node: NVIDIA's DRA driver does not "
-                     "run on it, or has not registered with its kubelet" % DRA_DRIVER,
-                     "k3s_gpu.nvidia.site deploys it (gpu_node_dra_driver_state: present) on nodes labelled "
-                     "k3s-gpu.nvidia/gpu-allocation=dra; kubectl -n nvidia-dra-driver-gpu logs of its kubelet plugin "
-                     "pod on %s; its kubelet dirs must be below kubelet's --root-dir" % name)
-    return "%d device(s) of %s" % (len(devices), DRA_DRIVER)
-
-
-def check_deviceclass(_report, _node, cluster):
-    classes = [c for c in cluster.get("deviceclasses") or [] if (c.get("metadata") or {}).get("name") == DRA_DEVICE_CLASS]
-    if not classes:
-        raise Broken("there is no DeviceClass %s: a claim of that class stays Pending" % DRA_DEVICE_CLASS,
-                     "NVIDIA's chart creates it: run k3s_gpu.nvidia.site (the DRA driver's HelmChart) or let "
-                     "helm-controller reinstall the chart (kubectl -n kube-system delete job helm-install-%s)"
-                     % "nvidia-dra-driver-gpu")
-    return "DeviceClass %s" % DRA_DEVICE_CLASS
-
-
-def check_dra_conflict(_report, node, cluster):
-    """Both a device plugin and NVIDIA's DRA driver serve the node: the scheduler may hand one GPU out twice."""
-    status = node.get("status") or {}
-    capacity = (status.get("capacity") or {}).get(GPU_RESOURCE)
-    devices = _dra_devices(cluster, node["metadata"]["name"])
-    if capacity not in (None, "", "0") and devices:
-        raise Broken("a device plugin advertises nvidia.com/gpu (capacity %s) and NVIDIA's DRA driver publishes %d "
-                     "device(s) of %s on the same node: both hand out the same GPUs" % (capacity, len(devices), DRA_DRIVER),
-                     "keep one per node: gpu_node_allocation decides which (the device plugin's DaemonSet keeps off "
-                     "nodes labelled k3s-gpu.nvidia/gpu-allocation=dra); a device plugin of your own must select the "
-                     "same way")
-    return "one allocator (%s)" % ("DRA" if devices else "device plugin" if capacity not in (None, "", "0") else "none yet")
+check_dra_conflict = _dra_check(dra_layers.check_conflict)
 
 
 CLUSTER_CHECKS = (("runtimeclass", check_runtimeclass), ("dra-conflict", check_dra_conflict),
                   ("device-plugin", check_device_plugin), ("allocatable", check_allocatable))
-DRA_CHECKS = (("runtimeclass", check_runtimeclass), ("dra-api", check_dra_api), ("dra-conflict", check_dra_conflict),
-              ("dra-driver", check_dra_driver), ("deviceclass", check_deviceclass))
+
+
+def check_dra_deviceclass(_report, node, cluster):
+    """The DeviceClass a claim names; and whether a pod asking nvidia.com/gpu: 1 (the seed's) is served on the node
+    (Kubernetes 1.36's extended-resource bridge) or stays Pending, and why."""
+    detail = dra_layers.check_deviceclass(node, cluster)
+    served, why = dra_layers.seed_pod_served(node, cluster)
+    return "%s; a pod asking nvidia.com/gpu: 1 %s" % (detail, "is served through DRA" if served else "stays Pending: " + why)
+
+
+DRA_CHECKS = (("runtimeclass", check_runtimeclass),) + tuple(
+    (layer, check_dra_deviceclass if layer == "deviceclass" else _dra_check(check)) for layer, check in dra_layers.LAYERS)
 
 
 def check_cluster(report, node_name, cluster):
@@ -616,7 +601,7 @@ def check_cluster(report, node_name, cluster):
     return report
 
 
-def pod_pairs(reports, node_names, cluster, wanted=()):
+def pod_pairs(reports, node_names, cluster, wanted=(), claims=False):
     """The pod layer's pods (doctor_run_pod): [[node, RuntimeClass]], one per node whose other layers all passed and
     RuntimeClass whose handler the node serves (the class named as its handler first, as k3s names its own); only the
     classes in `wanted` when it names any."""
@@ -626,9 +611,11 @@ def pod_pairs(reports, node_names, cluster, wanted=()):
     for report in reports:
         if report.get("broken") or not report.get("gpu_node") or not report.get("cluster_checked"):
             continue
-        if report.get("allocation") == k8s_labels.ALLOCATION_DRA:
-            continue  # its GPUs come through claims, not nvidia.com/gpu limits (before 1.36): no RuntimeClass pod
+        if (report.get("allocation") == k8s_labels.ALLOCATION_DRA) != claims:
+            continue  # a DRA node's GPUs come through claims (claim_pairs), the others' through nvidia.com/gpu limits
         node = node_names.get(report["host"]) or report["host"]
+        if claims:
+            pairs.append([node, ""])  # a claim's devices come through CDI whatever the handler: none at all too
         for handler in report.get("handlers") or []:
             named = [c["metadata"]["name"] for c in classes if str(c.get("handler")) == handler]
             if named and (not wanted or named[0] in wanted):
@@ -636,31 +623,47 @@ def pod_pairs(reports, node_names, cluster, wanted=()):
     return pairs
 
 
-def check_pods(report, node_name, pods, events, logs):
-    """The pod layer of one node from its smoke pods (verify's reading of their status, events and logs); report is
-    changed in place. A pod that did not pass names the layer verify found, in its cause."""
-    if report.get("broken") or not report.get("gpu_node") or not report.get("cluster_checked") \
-            or report.get("allocation") == k8s_labels.ALLOCATION_DRA:
+def claim_pairs(reports, node_names, cluster, wanted=()):
+    """The claim layer's pods on the DRA nodes (gpu_node_allocation=dra) whose other layers passed: [[node, class]],
+    one per RuntimeClass of a handler the node serves (of `wanted`, where it names any), and [node, ""] without a
+    RuntimeClass."""
+    return pod_pairs(reports, node_names, cluster, wanted, claims=True)
+
+
+def check_pods(report, node_name, pods, events, logs, claims=()):
+    """The pod layer of one node from its smoke pods (verify's reading of their status, events and logs), the claim
+    layer of a DRA node from its claim pods, which must see exactly their claim's device (claims: the ResourceClaims
+    read while they ran); report is changed in place. A pod that did not pass names the layer verify found, in its
+    cause."""
+    if report.get("broken") or not report.get("gpu_node") or not report.get("cluster_checked"):
         return report
+    dra = report.get("allocation") == k8s_labels.ALLOCATION_DRA
+    layer = "claim" if dra else "pod"
     found = [(pod, state) for pod, state in verify.settle(pods, events, logs) if verify.node_of(pod) == node_name]
     if not found:
-        report["broken"] = {"layer": "pod", "cause": "no smoke pod was found for the node",
+        report["broken"] = {"layer": layer, "cause": "no smoke pod was found for the node",
                             "fix": "kubectl get pods -n the doctor's namespace (doctor_pod_namespace), then run the doctor again"}
         return report
     seen = []
     for pod, state in found:
-        runtimeclass = pod["spec"].get("runtimeClassName", "?")
-        entry = state["broken"]
+        runtimeclass = pod["spec"].get("runtimeClassName") or "no RuntimeClass"
+        entry, detail = state["broken"], ""
         if entry is None and not state["done"]:
-            entry = verify.broken(runtimeclass, "pod", "still %s when the wait ended" % (pod.get("status") or {}).get(
+            entry = verify.broken(runtimeclass, layer, "still %s when the wait ended" % (pod.get("status") or {}).get(
                 "phase", "Unknown"), "raise k3s_gpu_verify_timeout_seconds, or look at the pod's events (kubectl describe pod)")
+        if entry is None and dra_layers.is_claim_pod(pod):
+            detail, entry = verify.claim_seen(pod, logs.get(pod["metadata"]["name"], []), claims)
         if entry is not None:
-            report["broken"] = {"layer": "pod", "fix": entry["fix"],
-                                "cause": "the pod with RuntimeClass %s and nvidia.com/gpu: 1 did not get its GPU (the %s "
-                                         "layer, as the pod shows it): %s" % (runtimeclass, entry["layer"], entry["cause"])}
+            asked = ("a claim of DeviceClass %s and %s" % (dra_layers.DEVICE_CLASS, "RuntimeClass " + runtimeclass
+                                                           if pod["spec"].get("runtimeClassName") else "no RuntimeClass")
+                     if dra_layers.is_claim_pod(pod) else "RuntimeClass %s and nvidia.com/gpu: 1" % runtimeclass)
+            report["broken"] = {"layer": layer, "fix": entry["fix"],
+                                "cause": "the pod with %s did not get its GPU (the %s layer, as the pod shows it): %s"
+                                         % (asked, entry["layer"], entry["cause"])}
             return report
-        seen.append("%s: %s" % (runtimeclass, verify.gpu_line(logs.get(pod["metadata"]["name"], []))))
-    report["passed"].append({"layer": "pod", "detail": "; ".join(seen)})
+        seen.append("%s: %s" % (runtimeclass, " | ".join(filter(None, [detail, verify.gpu_line(
+            logs.get(pod["metadata"]["name"], []))]))))
+    report["passed"].append({"layer": layer, "detail": "; ".join(seen)})
     return report
 
 

@@ -28,6 +28,7 @@ import yaml
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, clause
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _dra_layers as dra_layers
 
 GPU_RESOURCE = device_plugin.RESOURCE_NAME
 SEED_RUNTIMECLASS = "nvidia"  # the class every NVIDIA setup has: verify always wants it
@@ -121,7 +122,7 @@ def _device_plugin_problems(nodes, gpu_nodes):
     problems = []
     for node in nodes:
         name = node["metadata"]["name"]
-        if name in gpu_nodes or not _labelled_gpu_node(node):
+        if name in gpu_nodes or not _labelled_gpu_node(node) or dra_layers.is_dra_node(node):
             continue
         capacity = ((node.get("status") or {}).get("capacity") or {}).get(GPU_RESOURCE)
         if capacity is None:
@@ -132,13 +133,39 @@ def _device_plugin_problems(nodes, gpu_nodes):
             why = "capacity %s, allocatable 0: its device plugin stopped or reports every device unhealthy" % capacity
         problems.append(broken(name, "device-plugin", "the node is labelled %s=%s but advertises no nvidia.com/gpu: %s" % (
             device_plugin.GPU_PRESENT_LABEL, device_plugin.GPU_PRESENT_VALUE, why), FIX_DEVICE_PLUGIN))
-    if not gpu_nodes and not problems:
+    if not gpu_nodes and not problems and not any(dra_layers.is_dra_node(node) for node in nodes):
         problems.append(broken("cluster", "device-plugin", "no node advertises nvidia.com/gpu and none is labelled %s=%s"
                                % (device_plugin.GPU_PRESENT_LABEL, device_plugin.GPU_PRESENT_VALUE), FIX_DEVICE_PLUGIN))
     return problems
 
 
-def choose(classes, nodes, wanted=()):
+def _dra_choice(nodes, present, handlers, named, dra):
+    """The DRA nodes' part of choose(): ({claim_pairs, pairs, problems, notes}). A DRA node whose DRA layers pass gets a
+    claim pod per RuntimeClass it serves and one without a RuntimeClass (a claim's devices come through CDI, whatever
+    the handler); where its kubelet serves nvidia.com/gpu through DRA (1.36), the seed's pod too."""
+    found = {"claim_pairs": [], "pairs": [], "problems": [], "notes": []}
+    for node in nodes:
+        if not dra_layers.is_dra_node(node):
+            continue
+        name = node["metadata"]["name"]
+        broken_layer = dra_layers.first_broken(node, dra or {})[1]
+        if broken_layer is not None:
+            found["problems"].append(broken(name, broken_layer[0], broken_layer[1].cause, broken_layer[1].fix))
+            continue
+        served = _served_handlers(node)
+        classes = [c for c in present if named or served is None or handlers[c] in served]
+        found["claim_pairs"] += [[name, ""]] + [[name, c] for c in classes]
+        if SEED_RUNTIMECLASS in classes:
+            seed, why = dra_layers.seed_pod_served(node, dra or {})
+            if seed:
+                found["pairs"].append([name, SEED_RUNTIMECLASS])
+            else:
+                found["notes"].append("%s / %s with nvidia.com/gpu: 1: not tested: the node's GPUs are allocated through "
+                                      "DRA, and %s" % (name, SEED_RUNTIMECLASS, why))
+    return found
+
+
+def choose(classes, nodes, wanted=(), dra=None):
     """What to test and what is broken before a pod runs, from the API's RuntimeClasses and Nodes.
 
     RuntimeClasses: `wanted`, else `nvidia` and every class whose handler starts with nvidia. Nodes: every node that
@@ -146,7 +173,9 @@ def choose(classes, nodes, wanted=()):
     except, for a class not named in `wanted`, on a node whose handler labels (k3s-gpu.nvidia/handler.<handler>, set
     by the role) leave its handler out: k3s ships nvidia-experimental on every cluster, but the handler exists only
     where that runtime is installed. Broken before a pod runs: a class that does not exist (`runtimeclass`), a node
-    labelled as a GPU node that advertises no nvidia.com/gpu (`device-plugin`), a cluster where no node advertises any."""
+    labelled as a GPU node that advertises no nvidia.com/gpu (`device-plugin`), a cluster where no node advertises any.
+    A node labelled for DRA (gpu_node_allocation=dra) is checked at its DRA layers (dra: {dra_api, resourceslices,
+    deviceclasses}) and gets claim pods (claim_pairs, [node, class or ""]) instead: _dra_choice."""
     nodes = sorted(nodes or [], key=lambda n: n["metadata"]["name"])
     handlers = dict((c["metadata"]["name"], str(c.get("handler", ""))) for c in classes or [])
     named = sorted(set(wanted or ()))
@@ -166,9 +195,16 @@ def choose(classes, nodes, wanted=()):
                     node["metadata"]["name"], name, handlers[name]))
     problems = [broken("cluster", "runtimeclass", "RuntimeClass %s does not exist" % name, FIX_RUNTIMECLASSES)
                 for name in chosen if name not in handlers]
-    return {"runtimeclasses": present, "gpu_nodes": gpu_nodes, "pairs": pairs, "notes": notes,
-            "allocatable": allocatable, "problems": problems + _device_plugin_problems(nodes, gpu_nodes),
-            "nodes_without_gpu": [name for name, count in sorted(allocatable.items()) if count in ("0", "")]}
+    drawn = _dra_choice(nodes, present, handlers, named, dra)
+    dra_nodes = [n["metadata"]["name"] for n in nodes if dra_layers.is_dra_node(n)]
+    # the report's "allocatable nvidia.com/gpu" of a DRA node: none advertised, its GPUs come through claims
+    allocatable.update((name, "%s (GPUs through DRA)" % allocatable[name]) for name in dra_nodes)
+    return {"runtimeclasses": present, "gpu_nodes": gpu_nodes, "pairs": pairs + drawn["pairs"],
+            "claim_pairs": drawn["claim_pairs"], "dra_nodes": dra_nodes, "notes": notes + drawn["notes"],
+            "allocatable": allocatable,
+            "problems": problems + _device_plugin_problems(nodes, gpu_nodes) + drawn["problems"],
+            "nodes_without_gpu": [name for name, count in sorted(allocatable.items())
+                                  if count in ("0", "") and name not in dra_nodes]}
 
 
 def pod_name(node, runtimeclass):
@@ -184,24 +220,55 @@ def _on_node(node):
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
 
 
+def smoke_pod(node, runtimeclass, namespace, image):
+    """A pod placed on the node, asking for the class and one nvidia.com/gpu, and tolerating the usual GPU-node taint.
+    NVIDIA_VISIBLE_DEVICES is the device plugin's to set: a pod's own value (`all`) would override the allocation."""
+    spec = {"affinity": _on_node(node), "runtimeClassName": runtimeclass, "restartPolicy": "Never",
+            "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+            "automountServiceAccountToken": False, "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "smoke", "image": image, "command": list(SMOKE_COMMAND),
+                            "env": [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}],
+                            "resources": {"limits": {GPU_RESOURCE: 1}}}]}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod_name(node, runtimeclass), "namespace": namespace, "labels": dict(POD_LABELS)},
+            "spec": spec}
+
+
+def claim_pod(node, runtimeclass, namespace, image):
+    """The smoke pod of a DRA node: its GPU from a claim of NVIDIA's DeviceClass (dra_layers.claim_template), with the
+    RuntimeClass, or none where runtimeclass is empty."""
+    pod = smoke_pod(node, runtimeclass or None, namespace, image)
+    pod["metadata"]["name"] = pod_name(node, "claim-" + runtimeclass if runtimeclass else "claim")
+    # it holds its claim 3 s more, so that the wait reads the claim's allocation (released once the pod ends); every
+    # failure of the script exits before
+    pod["spec"]["containers"][0]["command"] = ["sh", "-c", SMOKE_SCRIPT + "; sleep 3"]
+    pod["spec"] = dra_layers.claim_pod_spec(pod["spec"])
+    if not runtimeclass:
+        del pod["spec"]["runtimeClassName"]
+    return pod
+
+
 def smoke_pods(chosen, namespace, image):
-    """One pod per GPU node and RuntimeClass, placed on the node, asking for the class and one nvidia.com/gpu, and
-    tolerating the usual GPU-node taint. NVIDIA_VISIBLE_DEVICES is the device plugin's to set: a pod's own value
-    (`all`) would override the allocation."""
-    return [{"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": pod_name(node, runtimeclass), "namespace": namespace, "labels": dict(POD_LABELS)},
-             "spec": {"affinity": _on_node(node), "runtimeClassName": runtimeclass, "restartPolicy": "Never",
-                      "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
-                      "automountServiceAccountToken": False, "terminationGracePeriodSeconds": 1,
-                      "containers": [{"name": "smoke", "image": image, "command": list(SMOKE_COMMAND),
-                                      "env": [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}],
-                                      "resources": {"limits": {GPU_RESOURCE: 1}}}]}}
-            for node, runtimeclass in chosen["pairs"]]
+    """One pod per GPU node and RuntimeClass (smoke_pod), and per DRA node and RuntimeClass, or none (claim_pod)."""
+    return [smoke_pod(node, runtimeclass, namespace, image) for node, runtimeclass in chosen["pairs"]] + [
+        claim_pod(node, runtimeclass, namespace, image) for node, runtimeclass in chosen.get("claim_pairs") or []]
+
+
+def claim_templates(chosen, namespace):
+    """The ResourceClaimTemplate the claim pods ask for, where there is any claim pod."""
+    return [dra_layers.claim_template(namespace)] if chosen.get("claim_pairs") else []
+
+
+def scope_of(pod):
+    """`<node> / <class>` of a pod's report line; a claim pod's says `(claim)`, and `no RuntimeClass` where it has none."""
+    spec = pod.get("spec") or {}
+    label = spec.get("runtimeClassName") or "no RuntimeClass"
+    return "%s / %s%s" % (node_of(pod), label, " (claim)" if dra_layers.is_claim_pod(pod) else "")
 
 
 def refusal(chosen):
     """The message when there is nothing to test, else None."""
-    if chosen["pairs"]:
+    if chosen["pairs"] or chosen.get("claim_pairs"):
         return None
     return ("Nothing to test: %d NVIDIA RuntimeClasses (%s) and %d nodes with allocatable nvidia.com/gpu (%s)." % (
         len(chosen["runtimeclasses"]), ", ".join(chosen["runtimeclasses"]) or "none",
@@ -248,12 +315,36 @@ def node_of(pod):
     return (fields[0].get("values") or ["?"])[0]
 
 
+# a claim pod the scheduler cannot place for its claim, or whose claim kubelet cannot prepare
+CLAIM_SCHEDULING = re.compile(r"claim|DeviceClass|resourceslice", re.I)
+CLAIM_PREPARE_EVENTS = ("FailedPrepareDynamicResources",)
+
+
+def _claim_stuck(pod, events, scope):
+    """A claim pod that kubelet cannot prepare (its DRA driver's kubelet plugin refused or is gone), else None."""
+    for event in _events_of(pod, events):
+        if event.get("reason") in CLAIM_PREPARE_EVENTS:
+            return broken(scope, "claim", "kubelet cannot prepare the pod's claim: %s" % event.get("message", ""),
+                          dra_layers.FIX_CLAIM)
+    return None
+
+
 def diagnose(pod, events=(), lines=()):
     """{"done": bool, "broken": entry or None} for one smoke pod from its status, its events and (once it ended) its
     log. done: Succeeded or Failed. A pod that is not done may still be broken, when it is stuck where kubelet
-    retries without end (its sandbox, its container's creation, its image, the scheduler's verdict)."""
+    retries without end (its sandbox, its container's creation, its image, the scheduler's verdict); a claim pod also
+    where kubelet cannot prepare its claim, and its CDI device that containerd cannot resolve is named with the dirs
+    NVIDIA's DRA driver writes to."""
+    found = _diagnose(pod, events, lines)
+    entry = found["broken"]
+    if entry is not None and dra_layers.served_by_dra(pod) and entry["layer"] == "cdi":
+        found["broken"] = dict(entry, fix=dra_layers.FIX_CLAIM_CDI)
+    return found
+
+
+def _diagnose(pod, events, lines):
     status = pod.get("status") or {}
-    scope = "%s / %s" % (node_of(pod), pod["spec"].get("runtimeClassName", "?"))
+    scope = scope_of(pod)
     phase = status.get("phase", "Unknown")
     state = _container_state(pod)
     if phase == "Succeeded":
@@ -278,6 +369,10 @@ def diagnose(pod, events=(), lines=()):
             if found:
                 return {"done": False, "broken": broken(scope, found[0], "kubelet cannot create the pod's sandbox: %s"
                                                         % event.get("message"), found[1])}
+    if dra_layers.is_claim_pod(pod) and phase == "Pending":
+        stuck = _claim_stuck(pod, events, scope)
+        if stuck:
+            return {"done": False, "broken": stuck}
     waiting = state.get("waiting") or {}
     if waiting.get("reason") in IMAGE_REASONS:
         return {"done": False, "broken": broken(scope, "pod", "the image: %s %s" % (waiting["reason"], waiting.get("message", "")),
@@ -289,7 +384,9 @@ def diagnose(pod, events=(), lines=()):
     for condition in status.get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
             message = condition.get("message", "")
-            if "Insufficient %s" % GPU_RESOURCE in message:
+            if dra_layers.is_claim_pod(pod) and CLAIM_SCHEDULING.search(message):
+                layer, fix = "claim", dra_layers.FIX_CLAIM
+            elif "Insufficient %s" % GPU_RESOURCE in message:
                 layer, fix = "allocatable", FIX_ALLOCATABLE
             elif "node affinity/selector" in message:
                 layer, fix = "runtimeclass", FIX_NODE_SELECTOR
@@ -300,16 +397,17 @@ def diagnose(pod, events=(), lines=()):
 
 
 def settle(pods, events=(), logs=None):
-    """[(pod, diagnose(pod))], sorted by node and class. A pod that waits for a GPU of its node while another smoke
-    pod there still runs is waiting its turn, not broken."""
+    """[(pod, diagnose(pod))], sorted by node and class. A pod that waits for a GPU of its node (nvidia.com/gpu, or a
+    device for its claim) while another smoke pod there still runs is waiting its turn, not broken."""
     logs = logs or {}
-    found = [(pod, diagnose(pod, events, logs.get(pod["metadata"]["name"], [])))
-             for pod in sorted(pods or [], key=lambda p: (node_of(p), p["spec"].get("runtimeClassName", "")))]
+    found = [(pod, diagnose(pod, events, logs.get(pod["metadata"]["name"], []))) for pod in sorted(pods or [], key=scope_of)]
     running = [pod for pod, state in found if not state["done"] and state["broken"] is None]
     settled = []
     for pod, state in found:
-        queued = (state["broken"] or {}).get("layer") == "allocatable" and any(
-            node_of(other) == node_of(pod) for other in running if other is not pod)
+        entry = state["broken"] or {}
+        waits = entry.get("layer") == "allocatable" or (
+            entry.get("layer") == "claim" and entry.get("cause", "").startswith("the pod is not scheduled"))
+        queued = waits and any(node_of(other) == node_of(pod) for other in running if other is not pod)
         settled.append((pod, {"done": False, "broken": None} if queued else state))
     return settled
 
@@ -319,25 +417,46 @@ def gpu_line(lines):
     return "; ".join(found) if found else (lines[-1] if lines else "no output")
 
 
-def report(pods, logs, expected, allocatable, events=(), problems=(), notes=()):
+DEVICE_LINE = re.compile(r"^/dev/nvidia[0-9]+$")
+FIX_CLAIM_DEVICES = ("a claim pod must see only its claim's devices: the handler's runtime must take them from the "
+                     "claim's CDI devices (NVIDIA's DRA driver sets NVIDIA_VISIBLE_DEVICES=void), and neither the image "
+                     "nor the pod may set NVIDIA_VISIBLE_DEVICES=all")
+
+
+def claim_seen(pod, lines, claims):
+    """(OK detail, broken entry or None) of a claim pod that ran: the devices its claim was allocated and the
+    /dev/nvidia<N> it saw, which must be as many (one request, one device)."""
+    seen = [line.strip() for line in lines if DEVICE_LINE.match(line.strip())]
+    allocated = dra_layers.allocation(dra_layers.claim_of(pod, claims))
+    wanted = len(allocated) if allocated else 1
+    if len(seen) != wanted:
+        return "", broken(scope_of(pod), "claim", "the pod sees %d GPU device(s) (%s) while its claim was allocated %s" % (
+            len(seen), " ".join(seen) or "none", ", ".join(allocated) or "one device"), FIX_CLAIM_DEVICES)
+    return "claim %s | %s" % (", ".join(allocated) or "(allocation not read)", " ".join(seen)), None
+
+
+def report(pods, logs, expected, allocatable, events=(), problems=(), notes=(), claims=()):
     """{lines, failed}: the problems found before the pods ran, then one line per pod: `<node> / <class>: OK |
-    allocatable nvidia.com/gpu N | <nvidia-smi -L lines>` or `<node> / <class>: BROKEN at <layer>: <cause>. Fix: <fix>`;
-    notes (what was not tested, and why) do not fail; failed lists what did not pass, and says so when fewer pods ran
-    than were started."""
+    allocatable nvidia.com/gpu N | <nvidia-smi -L lines>` (a claim pod: `<node> / <class> (claim): OK | claim <driver>
+    <pool>/<device> | /dev/nvidia<N> | ...`) or `<node> / <class>: BROKEN at <layer>: <cause>. Fix: <fix>`; notes (what
+    was not tested, and why) do not fail; failed lists what did not pass, and says so when fewer pods ran than were
+    started. claims: the namespace's ResourceClaims, for the claim pods' allocations."""
     log_of = dict((entry.get("name"), entry.get("lines") or []) for entry in logs or [])
     lines = [broken_line(entry) for entry in problems or []] + list(notes or [])
     failed = ["%s (%s)" % (entry["scope"], entry["layer"]) for entry in problems or []]
     for pod, state in settle(pods, events, log_of):
-        scope = "%s / %s" % (node_of(pod), pod["spec"].get("runtimeClassName", ""))
+        scope = scope_of(pod)
         entry = state["broken"]
+        detail = "allocatable nvidia.com/gpu %s" % allocatable.get(node_of(pod), "?")
+        if entry is None and state["done"] and dra_layers.is_claim_pod(pod):
+            detail, entry = claim_seen(pod, log_of.get(pod["metadata"]["name"], []), claims)
         if entry is None and not state["done"]:
             waiting = _container_state(pod).get("waiting") or {}
             entry = broken(scope, "pod", "still %s%s when the wait ended" % (
                 (pod.get("status") or {}).get("phase", "Unknown"), " (%s)" % waiting["reason"] if waiting.get("reason") else ""),
                 "raise k3s_gpu_verify_timeout_seconds, or look at the pod's events (kubectl describe pod)")
         if entry is None:
-            lines.append("%s: OK | allocatable nvidia.com/gpu %s | %s" % (
-                scope, allocatable.get(node_of(pod), "?"), gpu_line(log_of.get(pod["metadata"]["name"], []))))
+            lines.append("%s: OK | %s | %s" % (scope, detail, gpu_line(log_of.get(pod["metadata"]["name"], []))))
             continue
         lines.append(broken_line(entry))
         failed.append("%s (%s)" % (entry["scope"], entry["layer"]))

@@ -115,8 +115,22 @@ def _cdi_off(sandbox):
     sandbox.write(CONFIG, text.replace(header, header + "  enable_cdi = false\n"))
 
 
+def _cdi_dirs(*dirs):
+    def narrow(sandbox):
+        text = sandbox.read(CONFIG).decode("utf-8")
+        header = '[plugins."io.containerd.cri.v1.runtime"]\n'
+        assert header in text
+        sandbox.write(CONFIG, text.replace(header, header + "  cdi_spec_dirs = %s\n" % list(dirs)).replace("'", '"'))
+    return narrow
+
+
 # (case, how the healthy node is broken, node settings, the layer the doctor must name, words of its cause)
 BROKEN = [
+    # a DRA node (issue 45): each claim's CDI spec is in /var/run/cdi, which containerd must scan with CDI on
+    ("a DRA node whose template turns CDI off", _cdi_off, {"allocation": "dra"}, "containerd-config",
+     "enable_cdi is off in /var/lib/rancher/k3s/agent/etc/containerd/config.toml, but NVIDIA's DRA driver"),
+    ("a DRA node whose template narrows cdi_spec_dirs", _cdi_dirs("/etc/cdi"), {"allocation": "dra"}, "containerd-config",
+     "cdi_spec_dirs in /var/lib/rancher/k3s/agent/etc/containerd/config.toml is ['/etc/cdi'], without /var/run/cdi"),
     ("gpu fell off the bus", lambda s: _remove(s, "/sys/bus/pci/devices/0000:17:00.0/vendor", "/dev/nvidia0"), {},
      "gpu", "no NVIDIA GPU on the PCI bus"),
     ("no module loaded", lambda s: _remove(s, "/proc/driver/nvidia/version"), {}, "driver", "not loaded"),
@@ -469,7 +483,66 @@ def test_the_dra_layers_of_a_dra_node(changes, layer, words):
     else:
         assert [p["layer"] for p in report["passed"]][-5:] == ["runtimeclass", "dra-api", "dra-conflict", "dra-driver",
                                                                "deviceclass"]
-        assert report["passed"][-1]["detail"] == "DeviceClass gpu.nvidia.com" and doctor.line(report) == "gpu1: OK"
+        assert report["passed"][-1]["detail"].startswith("DeviceClass gpu.nvidia.com; a pod asking nvidia.com/gpu: 1 "
+                                                         "stays Pending: its kubelet is unknown")
+        assert doctor.line(report) == "gpu1: OK"
+
+
+def with_kubelet(node, version):
+    return dict(node, status=dict(node["status"], nodeInfo={"kubeletVersion": version}))
+
+
+@pytest.mark.parametrize("version,device_class,words", [
+    ("v1.36.3+k3s1", dict(GPU_CLASS, spec={"extendedResourceName": "nvidia.com/gpu"}), "is served through DRA"),
+    ("v1.34.2+k3s1", dict(GPU_CLASS, spec={"extendedResourceName": "nvidia.com/gpu"}),
+     "stays Pending: its kubelet is v1.34.2+k3s1: Kubernetes serves nvidia.com/gpu through DRA from 1.36"),
+    ("v1.36.3", GPU_CLASS, "stays Pending: DeviceClass gpu.nvidia.com names none as its extended resource"),
+])
+def test_the_deviceclass_layer_says_whether_the_seeds_pod_is_served_through_dra(version, device_class, words):
+    """Issue 45 c: on 1.36 a pod asking nvidia.com/gpu: 1 is served through DRA where the DeviceClass names it; on
+    1.34 it stays Pending, and the doctor says why."""
+    cluster = dra_cluster(nodes=[with_kubelet(cluster_node(capacity=None, labels=DRA_LABELS), version)],
+                          deviceclasses=[device_class])
+    report = doctor.check_cluster(dra_report(), "gpu1", cluster)
+    assert not report.get("broken") and words in report["passed"][-1]["detail"], report
+
+
+CLAIM_POD_CLAIMS = [{"metadata": {"name": "claim-1"}, "status": {"allocation": {"devices": {"results": [
+    {"driver": "gpu.nvidia.com", "pool": "gpu1", "device": "gpu-1", "request": "gpu"}]}}}}]
+
+
+def ended_claim_pod(runtimeclass, log_name):
+    pod = verify.claim_pod("gpu1", runtimeclass, "k3s-gpu-doctor", "busybox")
+    pod["metadata"]["name"] = log_name
+    pod["spec"]["nodeName"] = "gpu1"
+    pod["status"] = {"phase": "Succeeded", "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "claim-1"}]}
+    return pod
+
+
+@pytest.mark.parametrize("seen,layer", [(["/dev/nvidia1", "GPU 1: NVIDIA A100"], None),
+                                        (["/dev/nvidia0", "/dev/nvidia1", "GPU 0: x", "GPU 1: y"], "claim")])
+def test_the_claim_layer_of_a_dra_node_wants_exactly_its_claims_device(seen, layer):
+    """Issue 45 item 5: the claim pods (a RuntimeClass, and none) ran; each must see exactly the device its claim was
+    allocated, or the node is broken at claim (a runtime that gives the pod every GPU hands one out twice)."""
+    report = doctor.check_cluster(dra_report(), "gpu1", dra_cluster())
+    pods = [ended_claim_pod("nvidia", "a"), ended_claim_pod("", "b")]
+    doctor.check_pods(report, "gpu1", pods, [], {"a": seen, "b": seen}, CLAIM_POD_CLAIMS)
+    assert (report.get("broken") or {}).get("layer") == layer, report
+    if layer:
+        assert "sees 2 GPU device(s) (/dev/nvidia0 /dev/nvidia1) while its claim was allocated gpu.nvidia.com " \
+               "gpu1/gpu-1" in report["broken"]["cause"], report["broken"]
+    else:
+        detail = report["passed"][-1]
+        assert detail["layer"] == "claim" and detail["detail"] == (
+            "no RuntimeClass: claim gpu.nvidia.com gpu1/gpu-1 | /dev/nvidia1 | GPU 1: NVIDIA A100; "
+            "nvidia: claim gpu.nvidia.com gpu1/gpu-1 | /dev/nvidia1 | GPU 1: NVIDIA A100"), detail
+
+
+def test_the_claim_pods_of_a_dra_node_are_one_per_class_it_serves_and_one_without():
+    report = doctor.check_cluster(dra_report(), "gpu1", dra_cluster())
+    report["handlers"] = ["nvidia", "nvidia-cdi"]
+    assert doctor.claim_pairs([report], {}, dra_cluster()) == [["gpu1", ""], ["gpu1", "nvidia"], ["gpu1", "nvidia-cdi"]]
+    assert doctor.pod_pairs([report], {}, dra_cluster()) == []
 
 
 def test_a_device_plugin_node_that_the_dra_driver_also_serves_is_a_conflict():

@@ -219,3 +219,93 @@ def test_the_smoke_script_fails_with_the_code_of_the_missing_piece(tmp_path, exi
     assert (found["broken"] or {}).get("layer") == layer, found
     if exit_code == 14:
         assert "Driver/library version mismatch" in found["broken"]["cause"]
+
+
+# ---------------------------------------------------------------------------------------- DRA nodes (issue 45)
+DRA_NODE = {"metadata": {"name": "dra1", "labels": {"k3s-gpu.nvidia/gpu-allocation": "dra",
+                                                    "nvidia.com/gpu.present": "true"}},
+            "status": {"allocatable": {"cpu": "8"}, "nodeInfo": {"kubeletVersion": "v1.34.2+k3s1"}}}
+DRA = {"dra_api": True, "deviceclasses": [{"metadata": {"name": "gpu.nvidia.com"},
+                                           "spec": {"extendedResourceName": "nvidia.com/gpu"}}],
+       "resourceslices": [{"spec": {"driver": "gpu.nvidia.com", "nodeName": "dra1", "devices": [{"name": "gpu-0"}]}}]}
+
+
+def test_a_dra_node_gets_claim_pods_per_class_and_without_one_and_no_device_plugin_finding():
+    """Its GPUs come through DRA: no nvidia.com/gpu, so no device-plugin finding; one claim pod per RuntimeClass and one
+    without; on 1.34 the seed's nvidia.com/gpu pod is a note that says why it is not tested."""
+    chosen = verify.choose(CLASSES, NODES + [DRA_NODE], dra=DRA)
+    assert chosen["problems"] == [] and chosen["dra_nodes"] == ["dra1"] and chosen["nodes_without_gpu"] == ["cpu1"]
+    assert chosen["pairs"] == [["gpu1", "nvidia"], ["gpu1", "nvidia-cdi"]]
+    assert chosen["claim_pairs"] == [["dra1", ""], ["dra1", "nvidia"], ["dra1", "nvidia-cdi"]]
+    assert chosen["notes"] == ["dra1 / nvidia with nvidia.com/gpu: 1: not tested: the node's GPUs are allocated through "
+                               "DRA, and its kubelet is v1.34.2+k3s1: Kubernetes serves nvidia.com/gpu through DRA from 1.36 "
+                               "(DRAExtendedResource; before, only with that feature gate on every component), so such a "
+                               "pod stays Pending there; ask for a ResourceClaim of DeviceClass gpu.nvidia.com instead"]
+    pods = verify.smoke_pods(chosen, "smoke", "busybox")
+    claims = [p for p in pods if p["spec"].get("resourceClaims")]
+    assert [(verify.node_of(p), p["spec"].get("runtimeClassName")) for p in claims] == [
+        ("dra1", None), ("dra1", "nvidia"), ("dra1", "nvidia-cdi")]
+    for made in claims:
+        container = made["spec"]["containers"][0]
+        assert made["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": "k3s-gpu-nvidia-gpu"}]
+        assert container["resources"] == {"claims": [{"name": "gpu"}]}, container
+    assert len(set(p["metadata"]["name"] for p in pods)) == len(pods)
+    template = verify.claim_templates(chosen, "smoke")
+    assert template == [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                         "metadata": {"name": "k3s-gpu-nvidia-gpu", "namespace": "smoke",
+                                      "labels": {"app.kubernetes.io/managed-by": "k3s_gpu.nvidia"}},
+                         "spec": {"spec": {"devices": {"requests": [
+                             {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}}]
+    # on 1.36 the seed's pod runs too, as any smoke pod (DRA serves its nvidia.com/gpu)
+    newer = dict(DRA_NODE, status=dict(DRA_NODE["status"], nodeInfo={"kubeletVersion": "v1.36.3+k3s1"}))
+    chosen = verify.choose(CLASSES, [newer], dra=DRA)
+    assert chosen["pairs"] == [["dra1", "nvidia"]] and chosen["notes"] == [] and verify.refusal(chosen) is None
+
+
+@pytest.mark.parametrize("dra,layer", [
+    (dict(DRA, dra_api=False), "dra-api"), (dict(DRA, resourceslices=[]), "dra-driver"),
+    (dict(DRA, deviceclasses=[]), "deviceclass"), (None, "dra-api")])
+def test_a_dra_node_whose_dra_layer_is_broken_is_named_before_any_pod(dra, layer):
+    chosen = verify.choose(CLASSES, [DRA_NODE], dra=dra)
+    assert [(p["scope"], p["layer"]) for p in chosen["problems"]] == [("dra1", layer)], chosen["problems"]
+    assert chosen["claim_pairs"] == [] and verify.refusal(chosen).startswith("Nothing to test")
+
+
+def claim_pod_state(phase, **status):
+    made = verify.claim_pod("dra1", "nvidia", "smoke", "busybox")
+    made["spec"]["nodeName"] = "dra1"
+    made["status"] = dict({"phase": phase, "containerStatuses": [{"name": "smoke", "state": {}}]}, **status)
+    return made
+
+
+def test_a_claim_pod_names_the_claim_layer_and_the_dirs_of_the_drivers_cdi_specs():
+    unschedulable = [{"type": "PodScheduled", "status": "False",
+                      "message": "0/1 nodes are available: 1 cannot allocate all claims."}]
+    waiting = claim_pod_state("Pending", conditions=unschedulable)
+    entry = verify.diagnose(waiting)["broken"]
+    assert entry["layer"] == "claim" and entry["scope"] == "dra1 / nvidia (claim)", entry
+    # another claim pod of the node still runs: it waits its turn
+    other = verify.claim_pod("dra1", "", "smoke", "busybox")
+    other["spec"]["nodeName"] = "dra1"
+    other["status"] = {"phase": "Running", "containerStatuses": [{"state": {"running": {}}}]}
+    assert [s["broken"] for _p, s in verify.settle([waiting, other])] == [None, None]
+    prepare = verify.diagnose(claim_pod_state("Pending"), [event(waiting["metadata"]["name"], "FailedPrepareDynamicResources",
+                                                                 "prepare dynamic resources: NodePrepareResources failed")])
+    assert prepare["broken"]["layer"] == "claim" and "kubelet cannot prepare the pod's claim" in prepare["broken"]["cause"]
+    unresolvable = claim_pod_state("Pending", containerStatuses=[{"state": {"waiting": {
+        "reason": "CreateContainerError", "message": "CDI device injection failed: unresolvable CDI devices "
+                                                     "k8s.gpu.nvidia.com/claim=1234-gpu-0"}}}])
+    entry = verify.diagnose(unresolvable)["broken"]
+    assert entry["layer"] == "cdi" and "containerd must scan /var/run/cdi" in entry["fix"], entry
+
+
+def test_the_report_of_a_claim_pod_has_its_allocation_and_wants_exactly_its_device():
+    ran = claim_pod_state("Succeeded", resourceClaimStatuses=[{"name": "gpu", "resourceClaimName": "c1"}])
+    claims = [{"metadata": {"name": "c1"}, "status": {"allocation": {"devices": {"results": [
+        {"driver": "gpu.nvidia.com", "pool": "dra1", "device": "gpu-0"}]}}}}]
+    name = ran["metadata"]["name"]
+    good = verify.report([ran], [{"name": name, "lines": ["/dev/nvidia0", "GPU 0: x"]}], 1, {}, claims=claims)
+    assert good == {"lines": ["dra1 / nvidia (claim): OK | claim gpu.nvidia.com dra1/gpu-0 | /dev/nvidia0 | GPU 0: x"],
+                    "failed": []}
+    both = verify.report([ran], [{"name": name, "lines": ["/dev/nvidia0", "/dev/nvidia1"]}], 1, {}, claims=claims)
+    assert both["failed"] == ["dra1 / nvidia (claim) (claim)"] and "sees 2 GPU device(s)" in both["lines"][0]
