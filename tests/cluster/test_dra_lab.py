@@ -274,7 +274,7 @@ def run_verify(dra_lab, case):
     extra = {"k3s_gpu_verify_image": dra_lab.busybox, "k3s_gpu_verify_timeout_seconds": 120,
              "k3s_gpu_verify_runtimeclasses": list(VERIFY_CLASSES)}
     rc, output = clusterlab.run_playbook("verify", "-e", json.dumps(extra), check=False)
-    lines = sorted(set(re.findall(r"lab-node(?: / [^\n\"']*?)?: (?:OK|BROKEN at|not tested)[^\"'\n]*", output)))
+    lines = sorted(set(re.findall(r"lab-node(?: / [^\n\"]*?)?: (?:OK|BROKEN at|not tested)[^\"\n]*", output)))
     dra_lab.report.setdefault("verify", []).append({"case": case, "rc": rc, "lines": lines})
     print("\nverify, %s: rc %d\n  %s" % (case, rc, "\n  ".join(lines)))
     return rc, lines, output

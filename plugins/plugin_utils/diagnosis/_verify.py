@@ -234,14 +234,18 @@ def smoke_pod(node, runtimeclass, namespace, image):
             "spec": spec}
 
 
+CLAIM_HOLD_SECONDS = 10
+
+
 def claim_pod(node, runtimeclass, namespace, image):
     """The smoke pod of a DRA node: its GPU from a claim of NVIDIA's DeviceClass (dra_layers.claim_template), with the
     RuntimeClass, or none where runtimeclass is empty."""
     pod = smoke_pod(node, runtimeclass or None, namespace, image)
     pod["metadata"]["name"] = pod_name(node, "claim-" + runtimeclass if runtimeclass else "claim")
-    # it holds its claim 3 s more, so that the wait reads the claim's allocation (released once the pod ends); every
-    # failure of the script exits before
-    pod["spec"]["containers"][0]["command"] = ["sh", "-c", SMOKE_SCRIPT + "; sleep 3"]
+    # it holds its claim 10 s more, so that the wait, which starts after every pod was created, reads the claim's
+    # allocation (released once the pod ends: 3 s were too short for the first of 4 pods on the lab); every failure of
+    # the script exits before
+    pod["spec"]["containers"][0]["command"] = ["sh", "-c", SMOKE_SCRIPT + "; sleep %d" % CLAIM_HOLD_SECONDS]
     pod["spec"] = dra_layers.claim_pod_spec(pod["spec"])
     if not runtimeclass:
         del pod["spec"]["runtimeClassName"]
