@@ -187,7 +187,8 @@ def choose(classes, nodes, wanted=(), dra=None):
     pairs, notes = [], []
     for node in nodes:
         served = _served_handlers(node)
-        for name in present if node["metadata"]["name"] in gpu_nodes else []:
+        # a DRA node gets claim pods (_dra_choice), also where a device plugin advertises GPUs there (dra-conflict)
+        for name in present if node["metadata"]["name"] in gpu_nodes and not dra_layers.is_dra_node(node) else []:
             if named or served is None or handlers[name] in served:
                 pairs.append([node["metadata"]["name"], name])
             else:
@@ -198,7 +199,7 @@ def choose(classes, nodes, wanted=(), dra=None):
     drawn = _dra_choice(nodes, present, handlers, named, dra)
     dra_nodes = [n["metadata"]["name"] for n in nodes if dra_layers.is_dra_node(n)]
     # the report's "allocatable nvidia.com/gpu" of a DRA node: none advertised, its GPUs come through claims
-    allocatable.update((name, "%s (GPUs through DRA)" % allocatable[name]) for name in dra_nodes)
+    allocatable.update((name, "0 (GPUs through DRA)") for name in dra_nodes if allocatable[name] in ("0", ""))
     return {"runtimeclasses": present, "gpu_nodes": gpu_nodes, "pairs": pairs + drawn["pairs"],
             "claim_pairs": drawn["claim_pairs"], "dra_nodes": dra_nodes, "notes": notes + drawn["notes"],
             "allocatable": allocatable,

@@ -262,6 +262,13 @@ def test_a_dra_node_gets_claim_pods_per_class_and_without_one_and_no_device_plug
     assert chosen["pairs"] == [["dra1", "nvidia"]] and chosen["notes"] == [] and verify.refusal(chosen) is None
 
 
+def test_a_dra_node_a_device_plugin_also_serves_is_a_conflict_and_gets_no_device_plugin_pods():
+    served = dict(DRA_NODE, status=dict(DRA_NODE["status"], allocatable={"nvidia.com/gpu": "2"}, capacity={"nvidia.com/gpu": "2"}))
+    chosen = verify.choose(CLASSES, [served], dra=DRA)
+    assert [(p["scope"], p["layer"]) for p in chosen["problems"]] == [("dra1", "dra-conflict")]
+    assert chosen["pairs"] == [] and chosen["claim_pairs"] == [] and chosen["allocatable"] == {"dra1": "2"}
+
+
 @pytest.mark.parametrize("dra,layer", [
     (dict(DRA, dra_api=False), "dra-api"), (dict(DRA, resourceslices=[]), "dra-driver"),
     (dict(DRA, deviceclasses=[]), "deviceclass"), (None, "dra-api")])
