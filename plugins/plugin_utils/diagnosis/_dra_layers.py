@@ -22,6 +22,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sG
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as device_plugin
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _dra_driver as dra_driver
 
 DRIVER = release_rules.DRA_DRIVER_CHART["driver"]
 DEVICE_CLASS = release_rules.DRA_DRIVER_CHART["device_class"]
@@ -74,8 +75,9 @@ def check_driver(node, cluster):
         raise Broken("no ResourceSlice of the driver %s publishes a device of this node: NVIDIA's DRA driver does not "
                      "run on it, or has not registered with its kubelet" % DRIVER,
                      "k3s_gpu.nvidia.site deploys it (gpu_node_dra_driver_state: present) on nodes labelled "
-                     "%s=%s; kubectl -n nvidia-dra-driver-gpu logs of its kubelet plugin pod on %s; its kubelet dirs "
-                     "must be below kubelet's --root-dir" % (k8s_labels.ALLOCATION_LABEL, k8s_labels.ALLOCATION_DRA, name))
+                     "%s=%s; kubectl -n %s logs of its kubelet plugin pod on %s (the namespace of "
+                     "gpu_node_dra_driver_namespace); its kubelet dirs must be below kubelet's --root-dir" % (
+                         k8s_labels.ALLOCATION_LABEL, k8s_labels.ALLOCATION_DRA, dra_driver.DEFAULT_NAMESPACE, name))
     return "%d device(s) of %s" % (len(found), DRIVER)
 
 
@@ -88,7 +90,7 @@ def check_deviceclass(_node, cluster):
         raise Broken("there is no DeviceClass %s: a claim of that class stays Pending" % DEVICE_CLASS,
                      "NVIDIA's chart creates it: run k3s_gpu.nvidia.site (the DRA driver's HelmChart) or let "
                      "helm-controller reinstall the chart (kubectl -n kube-system delete job helm-install-%s)"
-                     % "nvidia-dra-driver-gpu")
+                     % dra_driver.HELMCHART_NAME)
     return "DeviceClass %s" % DEVICE_CLASS
 
 
@@ -122,10 +124,11 @@ def first_broken(node, cluster):
 
 
 def kubelet_release(node):
-    """The node's kubelet version as a Release (k3s's numbering: v1.36.3+k3s1, or a plain v1.36.3), or None."""
+    """The node's kubelet version (v1.36.3+k3s1, v1.34.6+rke2r1, or a plain v1.36.3) as a Release of its line, for the
+    feature table's rows, which are the same for k3s and rke2 here; or None when it cannot be read."""
     version = str((((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion")) or "")
-    found = re.match(r"v?(\d+\.\d+\.\d+)", version)
-    return distro.Release(distro.K3S, "v%s+k3s1" % found.group(1)) if found else None
+    found = re.match(r"v?\d+\.\d+\.\d+", version)
+    return distro.Release(distro.K3S, found.group(0)) if found else None
 
 
 def seed_pod_served(node, cluster):
@@ -153,22 +156,6 @@ def claim_template(namespace):
                          "labels": {"app.kubernetes.io/managed-by": "k3s_gpu.nvidia"}},
             "spec": {"spec": {"devices": {"requests": [
                 {"name": CLAIM_REQUEST, "exactly": {"deviceClassName": DEVICE_CLASS}}]}}}}
-
-
-def claim_pod_spec(spec):
-    """A smoke pod's spec turned into a claim pod's: the GPU from a claim of the template, not an nvidia.com/gpu limit."""
-    spec = dict(spec, resourceClaims=[{"name": CLAIM_REQUEST, "resourceClaimTemplateName": CLAIM_TEMPLATE}])
-    containers = []
-    for container in spec["containers"]:
-        resources = dict(container.get("resources") or {})
-        limits = dict((k, v) for k, v in (resources.get("limits") or {}).items() if k != GPU_RESOURCE)
-        resources = dict((k, v) for k, v in resources.items() if k != "limits")
-        if limits:
-            resources["limits"] = limits
-        resources["claims"] = [{"name": CLAIM_REQUEST}]
-        containers.append(dict(container, resources=resources))
-    spec["containers"] = containers
-    return spec
 
 
 def is_claim_pod(pod):

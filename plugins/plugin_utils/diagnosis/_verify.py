@@ -221,36 +221,38 @@ def _on_node(node):
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
 
 
-def smoke_pod(node, runtimeclass, namespace, image):
-    """A pod placed on the node, asking for the class and one nvidia.com/gpu, and tolerating the usual GPU-node taint.
-    NVIDIA_VISIBLE_DEVICES is the device plugin's to set: a pod's own value (`all`) would override the allocation."""
-    spec = {"affinity": _on_node(node), "runtimeClassName": runtimeclass, "restartPolicy": "Never",
+def smoke_pod(node, runtimeclass, namespace, image, claim=False):
+    """A pod placed on the node, asking for the class (none where runtimeclass is empty) and one nvidia.com/gpu, or
+    with claim one device of NVIDIA's DeviceClass through a claim of dra_layers.claim_template, and tolerating the usual
+    GPU-node taint. NVIDIA_VISIBLE_DEVICES is the device plugin's to set: a pod's own value (`all`) would override the
+    allocation."""
+    container = {"name": "smoke", "image": image, "command": list(SMOKE_COMMAND),
+                 "env": [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}],
+                 "resources": {"limits": {GPU_RESOURCE: 1}}}
+    spec = {"affinity": _on_node(node), "restartPolicy": "Never",
             "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
-            "automountServiceAccountToken": False, "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "smoke", "image": image, "command": list(SMOKE_COMMAND),
-                            "env": [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}],
-                            "resources": {"limits": {GPU_RESOURCE: 1}}}]}
+            "automountServiceAccountToken": False, "terminationGracePeriodSeconds": 1, "containers": [container]}
+    if runtimeclass:
+        spec["runtimeClassName"] = runtimeclass
+    name = pod_name(node, runtimeclass)
+    if claim:
+        name = pod_name(node, "claim-" + runtimeclass if runtimeclass else "claim")
+        spec["resourceClaims"] = [{"name": dra_layers.CLAIM_REQUEST, "resourceClaimTemplateName": dra_layers.CLAIM_TEMPLATE}]
+        container["resources"] = {"claims": [{"name": dra_layers.CLAIM_REQUEST}]}
+        # it holds its claim CLAIM_HOLD_SECONDS more, so that the wait, which starts after every pod was created, reads
+        # the claim's allocation (released once the pod ends: 3 s were too short for the first of 4 pods on the lab);
+        # every failure of the script exits before
+        container["command"] = ["sh", "-c", SMOKE_SCRIPT + "; sleep %d" % CLAIM_HOLD_SECONDS]
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": pod_name(node, runtimeclass), "namespace": namespace, "labels": dict(POD_LABELS)},
-            "spec": spec}
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(POD_LABELS)}, "spec": spec}
 
 
 CLAIM_HOLD_SECONDS = 10
 
 
 def claim_pod(node, runtimeclass, namespace, image):
-    """The smoke pod of a DRA node: its GPU from a claim of NVIDIA's DeviceClass (dra_layers.claim_template), with the
-    RuntimeClass, or none where runtimeclass is empty."""
-    pod = smoke_pod(node, runtimeclass or None, namespace, image)
-    pod["metadata"]["name"] = pod_name(node, "claim-" + runtimeclass if runtimeclass else "claim")
-    # it holds its claim 10 s more, so that the wait, which starts after every pod was created, reads the claim's
-    # allocation (released once the pod ends: 3 s were too short for the first of 4 pods on the lab); every failure of
-    # the script exits before
-    pod["spec"]["containers"][0]["command"] = ["sh", "-c", SMOKE_SCRIPT + "; sleep %d" % CLAIM_HOLD_SECONDS]
-    pod["spec"] = dra_layers.claim_pod_spec(pod["spec"])
-    if not runtimeclass:
-        del pod["spec"]["runtimeClassName"]
-    return pod
+    """The smoke pod of a DRA node: its GPU from a claim, with the RuntimeClass, or none where runtimeclass is empty."""
+    return smoke_pod(node, runtimeclass, namespace, image, claim=True)
 
 
 def smoke_pods(chosen, namespace, image):
