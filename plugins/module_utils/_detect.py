@@ -1007,6 +1007,8 @@ def gather(root="/", distribution="auto", release=None, data_dir=None, toolkit_d
     facts["units"] = units
     facts["service"] = service
     _add_node_facts(fs, facts, toolkit_dirs, binaries, run_command, root_is_host)
+    # the gpu_node role's drop-in per k3s/rke2 unit that makes the device nodes before it starts (DRA nodes)
+    facts["driver"]["device_nodes_dropins"] = [file_facts(fs, distro.DEVICE_NODES_DROPIN % unit, True) for unit in units]
     return facts
 
 

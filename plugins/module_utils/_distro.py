@@ -205,6 +205,8 @@ GPU_OPERATOR_TOOLKIT_DIR = "/usr/local/nvidia/toolkit"
 # The udev rule that makes the /dev/char links of NVIDIA's device nodes again whenever the driver binds (NVIDIA toolkit
 # #1227, nvidia-docker #1671)
 DEV_CHAR_RULE = "/etc/udev/rules.d/71-nvidia-dev-char.rules"
+# The gpu_node role's drop-in of the k3s/rke2 unit (%s: the unit) that makes the NVIDIA device nodes before it starts
+DEVICE_NODES_DROPIN = "/etc/systemd/system/%s.service.d/50-k3s-gpu-nvidia-device-nodes.conf"
 # The toolkit's units (1.18 and newer) that generate the CDI spec again at every driver or toolkit change
 CDI_REFRESH_UNIT = "nvidia-cdi-refresh.path"
 # Who owns a runtime binary: the GPU Operator (its toolkit dir) or the host (packages, a custom dir).

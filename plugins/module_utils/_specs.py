@@ -43,6 +43,7 @@ CONTAINERD_RUNTIMES_SPEC = dict(
     state=dict(type="str", default="present", choices=["present", "absent"]),
     default_runtime=dict(type="str"),
     enable_cdi=dict(type="bool"),
+    allocation=dict(type="str", default="device_plugin", choices=["device_plugin", "dra"]),
     handler_labels=dict(type="bool"),
     node_labels=dict(type="list", elements="str"),
     node_facts=dict(type="dict"),

@@ -139,6 +139,17 @@ options:
       - Set C(enable_cdi) of the CRI plugin. containerd 2 enables CDI by default; on k3s/rke2 releases with
         containerd 1.7 the base template already emits that table, so this is refused there with the alternatives.
     type: bool
+  allocation:
+    description:
+      - How the node's GPUs are allocated (the P(k3s_gpu.nvidia.gpu_node#role) variable C(gpu_node_allocation)).
+      - V(dra) - NVIDIA's DRA driver hands each claim's devices to containerd as CDI devices from C(/var/run/cdi), so the
+        config containerd loads after this task (the root config or what k3s/rke2 render from the template or their
+        base, then every drop-in in import order) must have CDI on and scan C(/var/run/cdi); a file that turns CDI off
+        or sets C(cdi_spec_dirs) without it is refused with its path, line and fix (C(cdi_off_for_claims),
+        C(cdi_dir_for_claims)), and nothing is written.
+    type: str
+    default: device_plugin
+    choices: [device_plugin, dra]
   handler_labels:
     description:
       - k3s/rke2 only. V(true) labels the node C(k3s-gpu.nvidia/handler.<handler>=true) for each NVIDIA runtime handler it

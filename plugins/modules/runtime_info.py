@@ -308,6 +308,9 @@ driver:
       a container's GPUs at C(systemctl daemon-reload)); C(nvswitches) - NVSwitches on the PCI bus (the fabric manager's
       hardware); C(dev_char_rule) - the udev rule C(/etc/udev/rules.d/71-nvidia-dev-char.rules) that makes those links
       at every driver bind (a file's facts, as in C(files), with its C(content)).
+    - C(device_nodes_dropins) - k3s/rke2 only, one per unit in C(units) - the drop-in
+      C(/etc/systemd/system/<unit>.service.d/50-k3s-gpu-nvidia-device-nodes.conf) with which the gpu_node role makes
+      the device nodes before k3s/rke2 starts on a DRA node (a file's facts, with its C(content)).
   returned: success
   type: dict
   sample: {loaded: true, version: "580.95.05", open_kernel_module: true, devices: [/dev/nvidia0, /dev/nvidiactl], gpu_count: 1,

@@ -21,6 +21,8 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sG
 # The first line by which the gpu_node role knows the udev rule distro.DEV_CHAR_RULE as its own
 DEV_CHAR_RULE_MARKER = "# Written by k3s_gpu.nvidia (gpu_node_dev_char_symlinks); gpu_node_state=absent removes it"
 # nvidia-cdi-refresh.path (distro.CDI_REFRESH_UNIT): the toolkit version that brings it, and the spec it writes
+# The first line by which the gpu_node role knows its unit drop-in distro.DEVICE_NODES_DROPIN (DRA nodes) as its own
+DEVICE_NODES_MARKER = "# Written by k3s_gpu.nvidia (gpu_node_allocation=dra); gpu_node_state=absent removes it"
 CDI_REFRESH_SINCE_TOOLKIT = (1, 18)  # deployments/systemd/ and the packages' unit files from v1.18.0
 CDI_REFRESH_OUTPUT = "/var/run/cdi/nvidia.yaml"
 # Backups (backup: true, gpu_node_backup): the copy of a file the collection is about to replace goes to

@@ -22,6 +22,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _bookkeeping as bookkeeping
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _claims_cdi as claims_cdi
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_reading as node_reading
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _template_check as template_check
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
@@ -49,6 +50,10 @@ def render(facts: NodeFacts, plan: EditPlan, params: Mapping[str, Any], own_file
                                checked_after=in_template and facts.distribution != distro.CONTAINERD)
     after = applied.text
     verdict = _dropin_on_target(plan, _check_rendered(facts, plan, after, check_cache) or plan.verdict)
+    if params.get("allocation") == k8s_labels.ALLOCATION_DRA and plan.state == "present":
+        refused = claims_cdi.refusal(facts, claims_cdi.layers_after(facts, plan, after), target["schema"])
+        if refused:
+            raise refused
     notes = list(plan.notes) + list(applied.notes)
     note = toml.inheritance_note(applied.inherited_from) if plan.state == "present" and plan.write else None
     if note:

@@ -66,6 +66,10 @@ CODES = {
     "wrong_schema_path": (WARN, "a table under a plugin path of the other config schema: containerd ignores it"),
     "no_base": (WARN, "the template does not include {{ template \"base\" . }}: k3s's own settings are not rendered"),
     "action_in_comment": (WARN, "a template action inside a TOML comment: k3s executes it all the same"),
+    # allocation dra only (_claims_cdi): on the config containerd loads, composed from every layer
+    "cdi_off_for_claims": (REFUSE, "on a DRA node, what containerd loads turns CDI off: no claim pod can start"),
+    "cdi_dir_for_claims": (REFUSE, "on a DRA node, cdi_spec_dirs leaves out /var/run/cdi, where NVIDIA's DRA driver "
+                                   "writes each claim's CDI spec"),
 }
 
 

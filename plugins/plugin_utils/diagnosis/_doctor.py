@@ -20,6 +20,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as d
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _claims_cdi as claims_cdi
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _dra_layers as dra_layers
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.diagnosis import _verify as verify
@@ -260,7 +261,7 @@ def _check_dra_cdi(facts):
                      "leave gpu_node_enable_cdi on (k3s_gpu.nvidia.site turns CDI on where the release lacks it), and "
                      "take enable_cdi = false out of the node's config template")
     dirs = _cri_setting(facts, "cdi_spec_dirs")
-    if isinstance(dirs, list) and dra_layers.CLAIM_CDI_DIR not in [str(d).rstrip("/") for d in dirs]:
+    if isinstance(dirs, list) and not claims_cdi.scans_claim_dir(dirs):
         raise Broken("cdi_spec_dirs in %s is %s, without %s, where NVIDIA's DRA driver writes each claim's CDI spec: "
                      "containerd cannot resolve a claim's devices" % (facts.paths["config"], dirs, dra_layers.CLAIM_CDI_DIR),
                      "take cdi_spec_dirs out of the node's config template (containerd's default is /etc/cdi and "

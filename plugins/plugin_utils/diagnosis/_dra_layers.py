@@ -23,6 +23,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _device_plugin as device_plugin
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.cluster import _dra_driver as dra_driver
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _claims_cdi as claims_cdi
 
 DRIVER = release_rules.DRA_DRIVER_CHART["driver"]
 DEVICE_CLASS = release_rules.DRA_DRIVER_CHART["device_class"]
@@ -32,7 +33,7 @@ RESOURCE_API = "resource.k8s.io/v1"
 CLAIM_REQUEST = "gpu"
 CLAIM_TEMPLATE = "k3s-gpu-nvidia-gpu"
 # where NVIDIA's DRA driver writes the transient CDI spec of each claim it prepares
-CLAIM_CDI_DIR = "/var/run/cdi"
+CLAIM_CDI_DIR = claims_cdi.CLAIM_CDI_DIR
 
 
 class Broken(K3sGpuError):

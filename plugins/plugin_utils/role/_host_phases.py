@@ -20,6 +20,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import NOTHING_CHANGED, ended
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _configure as configure
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_reading as node_reading
@@ -97,7 +98,7 @@ def decide(task, result, settings, task_vars, write=True):
     cdi = host_step.cdi_due(facts, plan, settings)
     devices = device_steps(facts, plan, settings)
     due = plan.selected and bool(plan.mode.installs_or_removes or cdi or devices["dev_char_due"]
-                                 or devices["cdi_refresh_due"])
+                                 or devices["cdi_refresh_due"] or devices["device_nodes_due"])
     result.update(install_due=due, cdi_due=cdi, **devices)
     if not plan.selected or due:
         result.update(host_step.node_result(plan, facts, None), configure_due=False,
@@ -139,9 +140,11 @@ def reread(task, result, settings, state):
 
 
 def device_steps(facts, plan, settings):
-    """The node's device steps the role's tasks take: the /dev/char links and their udev rule, nvidia-cdi-refresh."""
+    """The node's device steps the role's tasks take: the /dev/char links and their udev rule, nvidia-cdi-refresh, the
+    device nodes before k3s/rke2 starts (DRA nodes)."""
     return {"dev_char_due": host_step.dev_char_due(facts, plan, settings) or False,
-            "cdi_refresh_due": host_step.cdi_refresh_due(facts, plan, settings)}
+            "cdi_refresh_due": host_step.cdi_refresh_due(facts, plan, settings),
+            "device_nodes_due": host_step.device_nodes_due(facts, plan, settings) or False}
 
 
 def configure_params(task, settings, facts, plan):
@@ -152,6 +155,7 @@ def configure_params(task, settings, facts, plan):
         newer_release=settings["newer_release"], data_dir=settings["data_dir"] or None,
         toolkit_dirs=settings["toolkit_dirs"], runtimes=settings["runtimes"] or None,
         default_runtime=plan.mode.default_runtime or None, enable_cdi=host_plan.enable_cdi(facts, settings),
+        allocation=settings["allocation"] if not absent else k8s_labels.ALLOCATION_DEVICE_PLUGIN,
         # k3s/rke2 add node-label entries to the node at every start (labels are added, never removed)
         handler_labels=settings["handler_labels"] if facts.distribution in (distro.K3S, distro.RKE2) else None,
         backup=settings["backup"], node_facts=facts.reading,
@@ -199,7 +203,7 @@ def configure_node(task, result, settings, facts, plan, write=True):
     result.update(cdi=host_step.cdi_readiness(facts, plan, settings), device_plugin_config=settings["device_plugin_config"],
                   dra=host_step.dra_readiness(facts, settings))
     result.update(reboot_required=reboot, install_due=False, configure_due=False, cdi_due=False, dev_char_due=False,
-                  cdi_refresh_due=False)
+                  cdi_refresh_due=False, device_nodes_due=False)
     if runtimes.get("failed"):
         changed = result.get("changed", False)
         host_step.failed(result, "%s: %s" % (task.host, host_step.role_message(runtimes)))

@@ -13,6 +13,7 @@ import re
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, clause
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _claims_cdi as claims_cdi
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _decide as decide_step
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd._types import FileChange
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _labels as k8s_labels
@@ -97,6 +98,47 @@ def dev_char_due(facts, plan, settings):
         return None
     return {"rule": "write" if write else None, "links": links, "path": distro.DEV_CHAR_RULE, "text": text,
             "nvidia_ctk": ctk}
+
+
+def device_nodes_text(nvidia_ctk):
+    """The k3s/rke2 unit drop-in that makes the NVIDIA device nodes before the service starts a pod (a DRA node).
+
+    NVIDIA's DRA driver builds a claim's CDI spec from the device nodes that exist when its kubelet plugin starts, and
+    nothing makes them at boot on a headless node (dra-driver-nvidia-gpu #1380). Before the service, at every start
+    (boot, a restart after a driver change): nvidia-smi makes /dev/nvidiactl and a /dev/nvidia<N> per GPU (through the
+    driver's nvidia-modprobe); nvidia-ctk the control nodes nvidia-smi does not make (nvidia-uvm, nvidia-uvm-tools,
+    nvidia-modeset), loading the modules first. Each bounded and never fatal: k3s/rke2 units start with no timeout, and
+    a node with a broken driver must still join (the doctor's driver layer names it)."""
+    return ("%s\n[Service]\nExecStartPre=-/usr/bin/timeout 60 nvidia-smi -L\n"
+            "ExecStartPre=-/usr/bin/timeout 60 %s system create-device-nodes --control-devices --load-kernel-modules\n"
+            % (release_rules.DEVICE_NODES_MARKER, nvidia_ctk))
+
+
+def device_nodes_due(facts, plan, settings):
+    """What the role does for the device nodes of a DRA node (gpu_node_allocation=dra), on a real root in host mode:
+    {"files": [{"path", "text" (None: remove)}], "now": bool}, or None when nothing is due. The drop-in goes on each
+    k3s/rke2 unit once nvidia-ctk is there; "now" makes the missing device nodes at once where the driver is loaded.
+    A drop-in of the role's is removed on a device-plugin node and on state absent; a file of the user's at that name
+    is left alone."""
+    if not (plan.selected and plan.live):
+        return None
+    ctk = facts.nvidia_ctk
+    wanted = (settings.get("state") != "absent" and settings.get("allocation") == k8s_labels.ALLOCATION_DRA
+              and plan.mode.mode == "host" and bool(ctk))
+    files = []
+    for dropin in facts.driver.get("device_nodes_dropins") or []:
+        ours = dropin.get("state") == "file" and (dropin.get("content") or "").startswith(release_rules.DEVICE_NODES_MARKER)
+        if wanted and (dropin.get("state") == "absent" or ours) and dropin.get("content") != device_nodes_text(ctk):
+            files.append({"path": dropin["path"], "text": device_nodes_text(ctk)})
+        elif not wanted and ours:
+            files.append({"path": dropin["path"], "text": None})
+    driver = facts.driver
+    expected = ["/dev/nvidia%d" % index for index in range(driver.get("gpu_count") or 0)] + [
+        "/dev/nvidiactl", "/dev/nvidia-uvm"]
+    now = wanted and bool(driver.get("loaded")) and any(d not in (driver.get("devices") or []) for d in expected)
+    if not (files or now):
+        return None
+    return {"files": files, "now": now, "nvidia_ctk": ctk}
 
 
 def cdi_refresh_due(facts, plan, settings):
@@ -236,6 +278,8 @@ def plan_host(facts, settings, host):
         # the install makes k3s detect nvidia/nvidia-cdi at its next start: a template that breaks then
         # is refused now, before a package is installed
         refusal = decide_step.refusal_before_install(facts)
+        if refusal is None and settings.get("allocation") == k8s_labels.ALLOCATION_DRA:
+            refusal = claims_cdi.refusal_now(facts)  # a file of the user's turns CDI off: no claim pod could start
         if refusal:
             raise K3sGpuError("%s: the NVIDIA toolkit is not installed, because %s" % (host or "this host", refusal.cause),
                               refusal.fix, refusal.variable)

@@ -82,3 +82,49 @@ def test_plain_containerd_gets_cdi_where_its_line_needs_it_and_is_refused_withou
     on = host_step(sandbox, gpu_node_release="1.7.24", **plain)
     assert not on.get("failed"), on.get("msg")
     assert "enable_cdi = true" in sandbox.read("/etc/containerd/config.toml").decode()
+
+
+AGENT = "/var/lib/rancher/k3s/agent/etc/containerd"
+CRI_V3 = '[plugins."io.containerd.cri.v1.runtime"]\n'
+
+
+@pytest.mark.parametrize("path, text, parts", [
+    # a drop-in of the user's, imported after ours would be: containerd loads CDI off
+    (AGENT + "/config-v3.toml.d/40-site.toml", "# site\n" + CRI_V3 + "  enable_cdi = false\n",
+     [AGENT + "/config-v3.toml.d/40-site.toml: line 3: enable_cdi is false in what containerd loads on this DRA node",
+      "[cdi_off_for_claims]", "take enable_cdi = false out of that file, or set it to true"]),
+    (AGENT + "/config-v3.toml.d/90-late.toml", CRI_V3 + '  cdi_spec_dirs = ["/etc/cdi"]\n',
+     ["90-late.toml: line 2: cdi_spec_dirs is ['/etc/cdi'], without /var/run/cdi", "[cdi_dir_for_claims]",
+      "add /var/run/cdi to cdi_spec_dirs"]),
+    # a template without the base renders the CRI table itself
+    (AGENT + "/config-v3.toml.tmpl", 'version = 3\n' + CRI_V3 + '  cdi_spec_dirs = ["/etc/cdi"]\n',
+     ["config-v3.toml.tmpl: line 3: cdi_spec_dirs is ['/etc/cdi']", "[cdi_dir_for_claims]"]),
+])
+def test_a_file_that_keeps_cdi_from_claims_is_refused_on_a_dra_node_only(sandbox, path, text, parts):
+    sandbox.k3s("k3s", "package")
+    sandbox.write(path, text)
+    before = sandbox.snapshot()
+    result = host_step(sandbox, gpu_node_release=RELEASE, gpu_node_allocation="dra")
+    message = refused(result, *parts)
+    assert "nothing was written" in message, message
+    assert sandbox.snapshot() == before
+    # the same file on a device-plugin node: claims are not its business
+    assert not host_step(sandbox, gpu_node_release=RELEASE).get("failed")
+
+
+def test_a_dra_node_whose_files_leave_cdi_on_is_written_and_names_no_finding(sandbox):
+    sandbox.k3s("k3s", "package")
+    sandbox.write(AGENT + "/config-v3.toml.d/40-site.toml", CRI_V3 + '  cdi_spec_dirs = ["/etc/cdi", "/run/cdi/"]\n')
+    result = host_step(sandbox, gpu_node_release=RELEASE, gpu_node_allocation="dra")
+    assert not result.get("failed"), result.get("msg")
+    assert "claims" not in " ".join(result.get("warnings") or [])
+
+
+def test_plain_containerd_2_with_cdi_turned_off_is_refused_for_dra(sandbox):
+    sandbox.binary("/usr/bin/containerd")
+    sandbox.binary("/usr/bin/nvidia-container-runtime")
+    sandbox.write("/etc/containerd/config.toml", 'version = 3\n\n' + CRI_V3 + '  enable_cdi = false\n')
+    before = sandbox.snapshot()
+    plain = {"gpu_node_distribution": "containerd", "gpu_node_release": "2.1.4", "gpu_node_allocation": "dra"}
+    refused(host_step(sandbox, **plain), "/etc/containerd/config.toml: line 4: enable_cdi is false", "[cdi_off_for_claims]")
+    assert sandbox.snapshot() == before

@@ -222,7 +222,8 @@ def test_driver_devices_cdi_toolkit_operator(sandbox):
                                "devices": ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl"], "gpu_count": 2,
                                "pci_gpus": [], "char_links": [], "nvswitches": 0,
                                "dev_char_rule": {"path": "/etc/udev/rules.d/71-nvidia-dev-char.rules", "state": "absent",
-                                                 "parent_exists": False}}
+                                                 "parent_exists": False},
+                               "device_nodes_dropins": []}  # no k3s unit file in this tree
     assert facts["toolkit"]["cdi_refresh"] == {"unit": None, "enabled": False}
     assert facts["cdi"]["nvidia_devices"] == ["0", "all"]
     assert [s["kind"] for s in facts["cdi"]["specs"]] == ["nvidia.com/gpu", "vendor.com/x"]
@@ -256,6 +257,17 @@ def test_the_cdi_refresh_unit_and_the_dev_char_rule_are_read(sandbox):
                sandbox.root + "/etc/systemd/system/multi-user.target.wants/nvidia-cdi-refresh.path")
     facts = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")
     assert facts["toolkit"]["cdi_refresh"]["enabled"] is True
+
+
+def test_the_device_nodes_drop_in_is_read_for_each_unit(sandbox):
+    sandbox.k3s()
+    sandbox.write("/etc/systemd/system/k3s.service", "[Service]\n")
+    sandbox.write("/usr/lib/systemd/system/k3s-agent.service", "[Service]\n")
+    sandbox.write("/etc/systemd/system/k3s-agent.service.d/50-k3s-gpu-nvidia-device-nodes.conf", "# ours\n")
+    dropins = detect.gather(sandbox.root, "k3s", "v1.33.10+k3s1")["driver"]["device_nodes_dropins"]
+    assert [(d["path"], d["state"], d.get("content")) for d in dropins] == [
+        ("/etc/systemd/system/k3s.service.d/50-k3s-gpu-nvidia-device-nodes.conf", "absent", None),
+        ("/etc/systemd/system/k3s-agent.service.d/50-k3s-gpu-nvidia-device-nodes.conf", "file", "# ours\n")]
 
 
 def test_no_driver(sandbox):

@@ -136,3 +136,48 @@ def test_a_host_state_that_is_no_json_object_with_a_plan_is_refused(node):
         host_state.HostState.from_result(node, "gpu_node_result.node")
     assert str(caught.value).startswith("gpu_node_result.node holds no host state of the role's host step")
     assert caught.value.fix == host_state.UNCHANGED
+
+
+# --- the device nodes before k3s/rke2 starts (gpu_node_allocation=dra) ------------------------------------------------
+
+DRA = dict(SETTINGS, allocation="dra")
+DROPIN = "/etc/systemd/system/k3s.service.d/50-k3s-gpu-nvidia-device-nodes.conf"
+
+
+def dra_node(sandbox):
+    sandbox.write("/etc/systemd/system/k3s.service", "[Service]\nExecStart=/usr/local/bin/k3s server\n")
+    return gpu_node(sandbox)
+
+
+def test_a_dra_node_gets_the_unit_drop_in_and_its_missing_device_nodes_made_now(sandbox):
+    info = dra_node(sandbox)  # /dev/nvidia0, nvidiactl, nvidia-uvm: none missing
+    assert list(info.units) == ["k3s"]
+    due = host_step.device_nodes_due(info, HOST_PLAN, DRA)
+    assert due == {"files": [{"path": DROPIN, "text": host_step.device_nodes_text(CTK)}], "now": False, "nvidia_ctk": CTK}
+    text = due["files"][0]["text"]
+    assert text.startswith(release_rules.DEVICE_NODES_MARKER + "\n[Service]\n")
+    assert "ExecStartPre=-/usr/bin/timeout 60 nvidia-smi -L\n" in text
+    assert "ExecStartPre=-/usr/bin/timeout 60 %s system create-device-nodes --control-devices --load-kernel-modules\n" % CTK in text
+    os.remove(os.path.join(sandbox.root, "dev/nvidia-uvm"))  # the node CUDA needs and nvidia-smi does not make
+    assert host_step.device_nodes_due(read(sandbox), HOST_PLAN, DRA)["now"] is True
+    sandbox.write(DROPIN, text)
+    sandbox.write("/dev/nvidia-uvm")
+    assert host_step.device_nodes_due(read(sandbox), HOST_PLAN, DRA) is None  # converged
+
+
+def test_the_drop_in_is_not_written_off_dra_or_off_a_real_root_and_a_users_file_stays(sandbox):
+    info = dra_node(sandbox)
+    assert host_step.device_nodes_due(info, HOST_PLAN, SETTINGS) is None  # a device-plugin node
+    assert host_step.device_nodes_due(info, SANDBOX_PLAN, DRA) is None
+    assert host_step.device_nodes_due(info, OPERATOR_PLAN, DRA) is None  # the operator's driver container makes them
+    sandbox.write(DROPIN, "[Service]\nExecStartPre=/usr/local/bin/site-gpus\n")
+    assert host_step.device_nodes_due(read(sandbox), HOST_PLAN, DRA) is None
+    assert host_step.device_nodes_due(read(sandbox), HOST_PLAN, dict(DRA, state="absent")) is None
+
+
+@pytest.mark.parametrize("settings", [SETTINGS, dict(DRA, state="absent")])
+def test_the_roles_drop_in_is_removed_off_dra_and_on_state_absent(sandbox, settings):
+    dra_node(sandbox)
+    sandbox.write(DROPIN, host_step.device_nodes_text(CTK))
+    assert host_step.device_nodes_due(read(sandbox), HOST_PLAN, settings) == {
+        "files": [{"path": DROPIN, "text": None}], "now": False, "nvidia_ctk": CTK}

@@ -219,3 +219,40 @@ def test_the_role_refuses_before_installing_the_toolkit(sandbox):
     fine = NodeFacts.from_reading(facts(sandbox, template='{{ template "base" . }}\n'))
     assert host_step.plan_host(fine, settings, "gpu1").mode.install_toolkit is True
     assert host_step.plan_host(NodeFacts.from_reading(node), dict(settings, toolkit_install=False), "gpu1").selected
+
+
+def test_a_dra_node_is_refused_before_the_toolkit_install_where_a_file_turns_cdi_off(sandbox):
+    """On a DRA node the files as they are now must not keep claims from CDI; only what a file sets counts there (the
+    role's own edit turns CDI on later where the release has it off by default)."""
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _claims_cdi as claims_cdi
+    from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.role import _host_step as host_step
+    settings = {"force": True, "root": "/", "mode": "host", "operator_toolkit": True, "operator_driver": "auto",
+                "toolkit_install": True, "driver_install": False, "driver_reboot": "if_needed", "default_runtime": "",
+                "remove_operator_leftovers": False, "local_connection": False, "allocation": "dra"}
+    dropin = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/40-site.toml"
+    facts(sandbox, release="v1.36.3+k3s1")
+    sandbox.write(dropin, '[plugins."io.containerd.cri.v1.runtime"]\n  enable_cdi = false\n')
+    node = detect.gather(sandbox.root, "k3s", "v1.36.3+k3s1")
+    with pytest.raises(K3sGpuError, match=r"gpu1: the NVIDIA toolkit is not installed, because .*40-site.toml: line 2: "
+                                          r"enable_cdi is false .*\[cdi_off_for_claims\]"):
+        host_step.plan_host(NodeFacts.from_reading(node), settings, "gpu1")
+    # the same node as a device-plugin node, and a DRA node whose files say nothing of CDI: no refusal
+    assert host_step.plan_host(NodeFacts.from_reading(node), dict(settings, allocation="device_plugin"), "gpu1").selected
+    sandbox.write(dropin, "# nothing of CDI\n")
+    clean = NodeFacts.from_reading(detect.gather(sandbox.root, "k3s", "v1.36.3+k3s1"))
+    assert claims_cdi.refusal_now(clean) is None and host_step.plan_host(clean, settings, "gpu1").mode.install_toolkit
+
+
+def test_containerd_runtimes_allocation_dra_asks_cdi_on_of_a_containerd_that_has_it_off_by_default(sandbox):
+    sandbox.binary("/usr/bin/containerd")
+    sandbox.binary("/usr/bin/nvidia-container-runtime")
+    sandbox.write("/etc/containerd/config.toml", "version = 2\n")
+    node = NodeFacts.from_reading(detect.gather(sandbox.root, "containerd", "1.7.24",
+                                                binaries=["/usr/bin/nvidia-container-runtime"]))
+    runtimes = [{"name": "nvidia", "binary": "/usr/bin/nvidia-container-runtime"}]
+    with pytest.raises(K3sGpuError, match=r"enable_cdi is off by default \(containerd 1.7\) .*\[cdi_off_for_claims\].*"
+                                          r"turn CDI on \(gpu_node_enable_cdi: true"):
+        changes.compute(node, {"runtimes": runtimes, "allocation": "dra"})
+    _plan, file_changes = changes.compute(node, {"runtimes": runtimes, "allocation": "dra", "enable_cdi": True})
+    assert "enable_cdi = true" in file_changes[0].after
+    assert changes.compute(node, {"runtimes": runtimes})[1]  # a device-plugin node keeps containerd's default

@@ -1,0 +1,171 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) k3s_gpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""CDI as containerd will load it on a node whose GPUs are allocated through DRA (allocation dra).
+
+NVIDIA's DRA driver writes each claim's CDI spec into /var/run/cdi and hands the claim's devices to containerd as CDI
+device names: containerd must have CDI on and scan that directory, or every claim pod fails to start
+(`unresolvable CDI devices`). What containerd loads is composed from layers: the root config (plain containerd), or
+what k3s/rke2 render from the user's template or their base; then each drop-in of the import directory, in import
+order. A layer that turns CDI off or narrows cdi_spec_dirs is named with its file and line, before anything is written
+(the doctor names the same in the config k3s/rke2 rendered, after).
+
+PRIVATE to the collection. Controller side, no I/O."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
+
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
+from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, several
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _template_check as template_check
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
+
+# where NVIDIA's DRA driver writes the CDI spec of each prepared claim (/run/cdi is the same directory)
+CLAIM_CDI_DIR = "/var/run/cdi"
+_SAME_DIRS = (CLAIM_CDI_DIR, "/run/cdi")
+
+CDI_OFF = "cdi_off_for_claims"
+CDI_DIR = "cdi_dir_for_claims"
+
+# (path, the text whose lines are named, its TOML as containerd reads it)
+Layer = Tuple[str, Optional[str], Mapping[str, Any]]
+
+
+def scans_claim_dir(dirs: Sequence[Any]) -> bool:
+    """Whether a cdi_spec_dirs list holds the directory NVIDIA's DRA driver writes each claim's spec into."""
+    return any(str(d).rstrip("/") in _SAME_DIRS for d in dirs)
+
+
+def refusal(facts: NodeFacts, layers: Sequence[Layer], schema: int, explicit_only: bool = False) -> Optional[K3sGpuError]:
+    """Why containerd, loading these layers (of config schema 2 or 3), cannot start a claim pod (None: it can).
+    explicit_only: name only a setting a file makes (before the toolkit install; the role's own edit turns CDI on
+    later where the release has it off by default)."""
+    findings = claim_findings(facts, layers, schema, explicit_only)
+    if not findings:
+        return None
+    return several([("%s[%s]" % ("line %d " % f.line if f.line else "", f.code), f.cause_text(path), f.fix)
+                    for path, f in findings], "nothing was written")
+
+
+def claim_findings(facts: NodeFacts, layers: Sequence[Layer], schema: int,
+                   explicit_only: bool = False) -> List[Tuple[str, Any]]:
+    """[(path, template_check.Finding)] for CDI off and for cdi_spec_dirs without /var/run/cdi, each at the last layer
+    that sets it (containerd merges each layer over the ones before)."""
+    enable, dirs = None, None
+    for path, text, document in layers:
+        table = _table(document, distro.cri_table(schema))
+        if "enable_cdi" in table:
+            enable = (path, text, table["enable_cdi"])
+        if "cdi_spec_dirs" in table:
+            dirs = (path, text, table["cdi_spec_dirs"])
+    found = []
+    on = enable[2] if enable is not None else (None if explicit_only else bool(facts.profile.get("cdi_default_on")))
+    if on is False:
+        path, text = enable[:2] if enable is not None else (layers[-1][0] if layers else "", None)
+        found.append((path, template_check.Finding(
+            CDI_OFF, _line_of(text, "enable_cdi"),
+            "enable_cdi is %s in what containerd loads on this DRA node (gpu allocation dra), but NVIDIA's DRA driver "
+            "hands each claim's devices to containerd as CDI devices: every claim pod fails to start" % (
+                "false" if enable is not None else "off by default (containerd %s)" % facts.profile.get("containerd")),
+            ("take enable_cdi = false out of that file, or set it to true" if enable is not None else
+             "turn CDI on (gpu_node_enable_cdi: true, containerd_runtimes' enable_cdi: true)")
+            + "; or keep this node on the device plugin (gpu_node_allocation=device_plugin)")))
+    if dirs is not None and isinstance(dirs[2], list) and not scans_claim_dir(dirs[2]):
+        path, text, value = dirs
+        found.append((path, template_check.Finding(
+            CDI_DIR, _line_of(text, "cdi_spec_dirs"),
+            "cdi_spec_dirs is %s, without %s, where NVIDIA's DRA driver writes each claim's CDI spec: containerd "
+            "cannot resolve a claim's devices (`unresolvable CDI devices`)" % (value, CLAIM_CDI_DIR),
+            "add %s to cdi_spec_dirs, or take cdi_spec_dirs out of that file (containerd's default is /etc/cdi and "
+            "/var/run/cdi)" % CLAIM_CDI_DIR)))
+    return found
+
+
+def layers_after(facts: NodeFacts, plan: Any, after: Optional[str]) -> List[Layer]:
+    """What containerd loads once the plan's target text (after) is written: the root config or the render of the
+    user's template (k3s/rke2: their base where there is none), then the drop-ins of the import directory in order."""
+    target = plan.target
+    layers: List[Layer] = []
+    if facts.distribution == distro.CONTAINERD:
+        root = after if target["mode"] == planner.MODE_CONFIG else (facts.files.get("config") or {}).get("content")
+        path = (facts.files.get("config") or {}).get("path") or target["path"]
+        _add_toml(layers, path, root)
+        directory = None
+    else:
+        schema = target["schema"] if plan.template_schema is None else plan.template_schema
+        key = target.get("template")
+        info = facts.files.get(key) if key else None
+        if key == target["key"]:
+            text = after
+        else:
+            text = info.get("content") if info and info.get("state") == "file" else None
+        if text is not None:
+            try:
+                rendered = template_check.render(text, facts, schema, default_runtime=plan.default_flag)
+                layers.append(((info or {}).get("path") or target["path"], text, toml.loads(rendered)))
+            except (tomllib.TOMLDecodeError, K3sGpuError):
+                pass  # the template check refuses it with its line
+        elif plan.base is not None:
+            layers.append(("the base template of %s %s" % (facts.distribution, facts.release), None,
+                           plan.base.document()))
+        if not facts.profile.get("dropin_imports"):
+            return layers
+        directory = facts.paths.get("dropin_dir_v3" if target["schema"] >= 3 else "dropin_dir_v2")
+    dropins = [(d.get("path") or "", d.get("content")) for d in facts.other_dropins
+               if directory is None or (d.get("path") or "").startswith(directory.rstrip("/") + "/")]
+    if target["mode"] == planner.MODE_DROPIN and after is not None:
+        dropins.append((target["path"], after))
+    for path, text in sorted(dropins, key=lambda item: item[0].rsplit("/", 1)[-1]):
+        _add_toml(layers, path, text)
+    return layers
+
+
+def refusal_now(facts: NodeFacts) -> Optional[K3sGpuError]:
+    """refusal() for the node as it is now (before the role's toolkit install): only what a file sets, nothing of ours
+    added. None also where no target can be chosen (containerd_runtimes names why, with its own options)."""
+    try:
+        target = planner.select_target(facts.reading)
+    except K3sGpuError:
+        return None
+    layers = layers_after(facts, _Now(target, facts), (facts.files.get(target["key"]) or {}).get("content"))
+    return refusal(facts, layers, target["schema"], explicit_only=True)
+
+
+class _Now:
+    """The fields of an EditPlan layers_after reads, for the node as it is (no edit planned)."""
+
+    def __init__(self, target, facts):
+        self.target, self.template_schema, self.default_flag = target, None, facts.default_runtime
+        self.base = None if facts.distribution == distro.CONTAINERD else template_check.node_base(
+            facts, facts.profile, target["schema"], list(facts.release_runtimes), facts.default_runtime)
+
+
+def _add_toml(layers, path, text):
+    if not text:
+        return
+    try:
+        layers.append((path, text, toml.loads(text)))
+    except tomllib.TOMLDecodeError:
+        pass  # containerd refuses it at start whatever this task does; refused elsewhere with its line
+
+
+def _table(document, key_path):
+    table = document
+    for part in key_path:
+        table = table.get(part) if isinstance(table, Mapping) else None
+    return table if isinstance(table, Mapping) else {}
+
+
+def _line_of(text, key):
+    """The line of the last `key =` in text (0: not found, the base sets it)."""
+    if not text:
+        return 0
+    lines = [number for number, line in enumerate(text.splitlines(), 1) if re.match(r"\s*%s\s*=" % re.escape(key), line)]
+    return lines[-1] if lines else 0
