@@ -61,10 +61,15 @@ class RunEvents:
     playbook_start: float  # time.monotonic() when the first playbook started (interpreter and CLI ready)
     changed: int  # host results with changed=true
     failed: int  # failed or unreachable host results
+    main_cpu: float = 0.0  # CPU seconds of ansible-playbook's main process (strategy, results, callbacks)
+    worker_cpu: float = 0.0  # CPU seconds of the workers themselves, added up (action plugins, connection)
+    module_cpu: float = 0.0  # CPU seconds of the processes the workers waited for (modules), added up
+    children_cpu: float = 0.0  # CPU seconds of all reaped workers (fork to exit) and their modules, added up
 
 
 def read_events(path, repo_root):
     starts, results, workers, playbook_start = {}, [], {}, None
+    main_cpu = children_cpu = 0.0
     with open(path, encoding="utf-8") as handle:
         for line in handle:
             event = json.loads(line)
@@ -77,6 +82,9 @@ def read_events(path, repo_root):
                 workers[(event["task"], event["host"])] = event
             elif kind == "playbook_start" and playbook_start is None:
                 playbook_start = event["t"]
+            elif kind == "playbook_end":
+                main_cpu = max(main_cpu, event.get("main_cpu") or 0.0)
+                children_cpu = max(children_cpu, event.get("children_cpu") or 0.0)
 
     tasks, hosts, last_result = {}, {}, {}
     changed = failed = 0
@@ -117,4 +125,6 @@ def read_events(path, repo_root):
     for start in sorted(starts.values(), key=lambda event: event["t"]):
         order.setdefault(task_location(start["path"], repo_root), len(order))
     ordered = sorted(tasks.values(), key=lambda task: order.get(task.location, len(order)))
-    return RunEvents(ordered, hosts, playbook_start, changed, failed)
+    return RunEvents(ordered, hosts, playbook_start, changed, failed, main_cpu,
+                     sum(w.get("cpu_self") or 0.0 for w in workers.values()),
+                     sum(w.get("cpu_children") or 0.0 for w in workers.values()), children_cpu)

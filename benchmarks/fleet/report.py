@@ -58,6 +58,13 @@ def repetition_record(runs, floor_events, noop_events, nodes):
         "changed_results": noop_events.changed,
         "per_host": host_work_by_class(noop_events, nodes),
     })
+    for name, events in (("floor", floor_events), ("noop", noop_events)):
+        # CPU per host: where a run's time goes when the machine's cores are the limit (ms)
+        record[name]["cpu_ms_per_host"] = {
+            "main": events.main_cpu / len(nodes) * 1000, "workers": events.worker_cpu / len(nodes) * 1000,
+            "modules": events.module_cpu / len(nodes) * 1000,
+            # the workers' whole life (fork, task setup, result sent) and their modules
+            "children": events.children_cpu / len(nodes) * 1000}
     record["ratios"] = {"converge_to_floor": runs["converge"].wall_seconds / runs["floor"].wall_seconds,
                         "noop_to_floor": runs["noop"].wall_seconds / runs["floor"].wall_seconds,
                         # the least a converge of two module executions per changed host could be, and the rest

@@ -61,13 +61,18 @@ def _timed_worker_run(run):
     def wrapper(self):
         _worker.clear()
         _worker.update(task=self._task._uuid, host=self._host.get_name(), modules=[], commands=0, transfers=0)
-        start = time.monotonic()
+        start, cpu = time.monotonic(), os.times()
         try:
             return run(self)
         finally:
+            end = os.times()
+            # CPU of this worker itself (the action plugin, the connection) and of the processes it waited for (the
+            # module's interpreter with the local connection)
             _emit({"event": "worker", "task": _worker["task"], "host": _worker["host"],
                    "seconds": time.monotonic() - start, "modules": _worker["modules"],
-                   "commands": _worker["commands"], "transfers": _worker["transfers"]})
+                   "commands": _worker["commands"], "transfers": _worker["transfers"],
+                   "cpu_self": end.user + end.system - cpu.user - cpu.system,
+                   "cpu_children": end.children_user + end.children_system - cpu.children_user - cpu.children_system})
             _worker.clear()
     wrapper.__wrapped__ = run
     return wrapper
@@ -137,4 +142,8 @@ class CallbackModule(CallbackBase):
         self._result(result, "unreachable")
 
     def v2_playbook_on_stats(self, stats):
-        _emit({"event": "playbook_end"})
+        # the controller's main process (strategy, result handling, callbacks): its own CPU since it started
+        times = os.times()
+        # and of every worker it reaped with the processes they reaped (all of a worker's life, fork to exit)
+        _emit({"event": "playbook_end", "main_cpu": times.user + times.system,
+               "children_cpu": times.children_user + times.children_system})

@@ -58,22 +58,18 @@ def claim_findings(facts: NodeFacts, layers: Sequence[Layer], schema: int,
                    explicit_only: bool = False) -> List[Tuple[str, Any]]:
     """[(path, template_check.Finding)] for CDI off and for cdi_spec_dirs without /var/run/cdi, each at the last layer
     that sets it (containerd merges each layer over the ones before)."""
-    enable, dirs = None, None
-    for path, text, document in layers:
-        table = _table(document, distro.cri_table(schema))
-        if "enable_cdi" in table:
-            enable = (path, text, table["enable_cdi"])
-        if "cdi_spec_dirs" in table:
-            dirs = (path, text, table["cdi_spec_dirs"])
+    enable, dirs, last = _effective(layers, distro.cri_table(schema), bool(facts.profile.get("dropin_deep_merge", True)))
     found = []
     on = enable[2] if enable is not None else (None if explicit_only else bool(facts.profile.get("cdi_default_on")))
     if on is False:
-        path, text = enable[:2] if enable is not None else (layers[-1][0] if layers else "", None)
+        path, text = enable[:2] if enable is not None else (last, None)
         found.append((path, template_check.Finding(
             CDI_OFF, _line_of(text, "enable_cdi"),
             "enable_cdi is %s in what containerd loads on this DRA node (gpu allocation dra), but NVIDIA's DRA driver "
             "hands each claim's devices to containerd as CDI devices: every claim pod fails to start" % (
-                "false" if enable is not None else "off by default (containerd %s)" % facts.profile.get("containerd")),
+                "false" if enable is not None else "off by default (containerd %s%s)" % (
+                    facts.profile.get("containerd"), "" if last == layers[0][0] else
+                    ": this file's table of the CRI plugin replaces the whole table of the files before it")),
             ("take enable_cdi = false out of that file, or set it to true" if enable is not None else
              "turn CDI on (gpu_node_enable_cdi: true, containerd_runtimes' enable_cdi: true)")
             + "; or keep this node on the device plugin (gpu_node_allocation=device_plugin)")))
@@ -97,7 +93,9 @@ def layers_after(facts: NodeFacts, plan: Any, after: Optional[str]) -> List[Laye
         root = after if target["mode"] == planner.MODE_CONFIG else (facts.files.get("config") or {}).get("content")
         path = (facts.files.get("config") or {}).get("path") or target["path"]
         _add_toml(layers, path, root)
-        directory = None
+        directory = facts.paths.get("dropin_dir") or ""
+        if not directory or not planner.imports_dir(root, directory.rstrip("/").rsplit("/", 1)[-1]):
+            return layers  # containerd reads no drop-in the root config does not import
     else:
         schema = target["schema"] if plan.template_schema is None else plan.template_schema
         key = target.get("template")
@@ -118,8 +116,10 @@ def layers_after(facts: NodeFacts, plan: Any, after: Optional[str]) -> List[Laye
         if not facts.profile.get("dropin_imports"):
             return layers
         directory = facts.paths.get("dropin_dir_v3" if target["schema"] >= 3 else "dropin_dir_v2")
+        if not directory:
+            return layers
     dropins = [(d.get("path") or "", d.get("content")) for d in facts.other_dropins
-               if directory is None or (d.get("path") or "").startswith(directory.rstrip("/") + "/")]
+               if (d.get("path") or "").startswith(directory.rstrip("/") + "/")]
     if target["mode"] == planner.MODE_DROPIN and after is not None:
         dropins.append((target["path"], after))
     for path, text in sorted(dropins, key=lambda item: item[0].rsplit("/", 1)[-1]):
@@ -154,6 +154,26 @@ def _add_toml(layers, path, text):
         layers.append((path, text, toml.loads(text)))
     except tomllib.TOMLDecodeError:
         pass  # containerd refuses it at start whatever this task does; refused elsewhere with its line
+
+
+def _effective(layers, key_path, deep):
+    """((path, text, value) of enable_cdi, of cdi_spec_dirs, None where no layer sets it; the path of the last layer
+    that has the plugin's table, else of the first layer) as containerd merges the layers: from 2.1 a later layer's
+    keys go over the earlier ones' (deep); before, a layer that has the plugin's table replaces the whole table, so a
+    key only an earlier layer set is back at containerd's default."""
+    settings: dict = {}
+    last = layers[0][0] if layers else ""
+    for path, text, document in layers:
+        table = _table(document, key_path)
+        if not table and _table(document, key_path[:-1]).get(key_path[-1]) is None:
+            continue  # this layer does not touch the plugin
+        last = path
+        if not deep:
+            settings = {}
+        for key in ("enable_cdi", "cdi_spec_dirs"):
+            if key in table:
+                settings[key] = (path, text, table[key])
+    return settings.get("enable_cdi"), settings.get("cdi_spec_dirs"), last
 
 
 def _table(document, key_path):
