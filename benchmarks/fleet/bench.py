@@ -135,11 +135,10 @@ class Bench:
             progress("   rep %d/%d: floor %.1f s, bound %.1f s, converge %.1f s, no-op %.1f s (no-op/floor %.2fx, "
                      "changed on no-op %d)" % (rep, reps, floor.wall_seconds, bound.wall_seconds, converge.wall_seconds,
                                                noop.wall_seconds, record["ratios"]["noop_to_floor"], noop_events.changed))
+            cpu = [" · ".join("%.1f ms" % record[name]["cpu_ms_per_host"][part]
+                              for part in ("main", "workers", "modules", "children")) for name in ("floor", "noop")]
             progress("   CPU per host, main process · in the workers' task · in modules · workers whole with modules: "
-                     "floor %s; no-op %s" % tuple(
-                " · ".join("%.1f ms" % record[name]["cpu_ms_per_host"][part]
-                           for part in ("main", "workers", "modules", "children"))
-                for name in ("floor", "noop")))
+                     "floor %s; no-op %s" % tuple(cpu))
         summary = report.size_summary(size, fleet, repetitions, report.task_breakdown(noop_runs),
                                       report.task_breakdown(converge_runs))
         summary["nodes"] = [dataclasses.asdict(node) for node in nodes]

@@ -60,8 +60,7 @@ def test_dra_is_refused_exactly_where_containerd_loads_no_cdi_for_claims(tmp_pat
         node.converge(line, **params)  # the same files, written as a device-plugin node gets them
     enabled, dirs = loaded_cdi(dump(line, node.host("/etc/containerd/config.toml")), line)
     broken = enabled is not True or (dirs is not None and not claims_cdi.scans_claim_dir(dirs))
-    request.node.user_properties.append(("loaded", {"enable_cdi": enabled, "cdi_spec_dirs": dirs,
-                                                     "refused": refusal}))
+    request.node.user_properties.append(("loaded", {"enable_cdi": enabled, "cdi_spec_dirs": dirs, "refused": refusal}))
     print("%s %s: containerd loads enable_cdi=%s cdi_spec_dirs=%s; engine: %s" % (
         line, case, enabled, dirs, refusal or "written"))
     assert (refusal is not None) == broken, (enabled, dirs, refusal)
