@@ -97,6 +97,7 @@ def decide(task, result, settings, task_vars, write=True):
         result["msg"] = " ".join(plan.messages)
     cdi = host_step.cdi_due(facts, plan, settings)
     devices = device_steps(facts, plan, settings)
+    result["warnings"].extend(host_step.device_nodes_kept(facts, plan, settings))
     due = plan.selected and bool(plan.mode.installs_or_removes or cdi or devices["dev_char_due"]
                                  or devices["cdi_refresh_due"] or devices["device_nodes_due"])
     result.update(install_due=due, cdi_due=cdi, **devices)

@@ -123,11 +123,10 @@ def device_nodes_due(facts, plan, settings):
     if not (plan.selected and plan.live):
         return None
     ctk = facts.nvidia_ctk
-    wanted = (settings.get("state") != "absent" and settings.get("allocation") == k8s_labels.ALLOCATION_DRA
-              and plan.mode.mode == "host" and bool(ctk))
+    wanted = _device_nodes_wanted(facts, plan, settings)
     files = []
     for dropin in facts.driver.get("device_nodes_dropins") or []:
-        ours = dropin.get("state") == "file" and (dropin.get("content") or "").startswith(release_rules.DEVICE_NODES_MARKER)
+        ours = _ours(dropin)
         if wanted and (dropin.get("state") == "absent" or ours) and dropin.get("content") != device_nodes_text(ctk):
             files.append({"path": dropin["path"], "text": device_nodes_text(ctk)})
         elif not wanted and ours:
@@ -139,6 +138,27 @@ def device_nodes_due(facts, plan, settings):
     if not (files or now):
         return None
     return {"files": files, "now": now, "nvidia_ctk": ctk}
+
+
+def device_nodes_kept(facts, plan, settings):
+    """Warnings for the device-nodes drop-ins a DRA node needs where a file of the user's holds that name: it is left
+    as it is, so the role cannot vouch that the device nodes exist before k3s/rke2 start a claim pod."""
+    if not (plan.selected and plan.live and _device_nodes_wanted(facts, plan, settings)):
+        return []
+    return ["%s is not the role's (its first line is not the role's marker) and is left as it is: the role's pre-start "
+            "commands that make the NVIDIA device nodes before %s starts a claim pod are not written there. Move that "
+            "file to another name (or remove it) and run again" % (dropin["path"], facts.distribution)
+            for dropin in facts.driver.get("device_nodes_dropins") or []
+            if dropin.get("state") == "file" and not _ours(dropin)]
+
+
+def _device_nodes_wanted(facts, plan, settings):
+    return (settings.get("state") != "absent" and settings.get("allocation") == k8s_labels.ALLOCATION_DRA
+            and plan.mode.mode == "host" and bool(facts.nvidia_ctk))
+
+
+def _ours(dropin):
+    return dropin.get("state") == "file" and (dropin.get("content") or "").startswith(release_rules.DEVICE_NODES_MARKER)
 
 
 def cdi_refresh_due(facts, plan, settings):

@@ -170,9 +170,15 @@ def test_the_drop_in_is_not_written_off_dra_or_off_a_real_root_and_a_users_file_
     assert host_step.device_nodes_due(info, HOST_PLAN, SETTINGS) is None  # a device-plugin node
     assert host_step.device_nodes_due(info, SANDBOX_PLAN, DRA) is None
     assert host_step.device_nodes_due(info, OPERATOR_PLAN, DRA) is None  # the operator's driver container makes them
+    assert host_step.device_nodes_kept(info, HOST_PLAN, DRA) == []  # nothing at that name yet
     sandbox.write(DROPIN, "[Service]\nExecStartPre=/usr/local/bin/site-gpus\n")
     assert host_step.device_nodes_due(read(sandbox), HOST_PLAN, DRA) is None
     assert host_step.device_nodes_due(read(sandbox), HOST_PLAN, dict(DRA, state="absent")) is None
+    # left alone, but said: the device nodes before the first claim pod are not the role's to vouch for on this node
+    kept = host_step.device_nodes_kept(read(sandbox), HOST_PLAN, DRA)
+    assert len(kept) == 1 and kept[0].startswith(DROPIN + " is not the role's") and "Move that file" in kept[0]
+    assert host_step.device_nodes_kept(read(sandbox), HOST_PLAN, SETTINGS) == []  # a device-plugin node needs none
+    assert host_step.device_nodes_kept(read(sandbox), HOST_PLAN, dict(DRA, state="absent")) == []
 
 
 @pytest.mark.parametrize("settings", [SETTINGS, dict(DRA, state="absent")])
