@@ -38,8 +38,8 @@ description:
     or not a runc shim; on k3s/rke2 too, where a template or another drop-in names it; RV(inherited_from) says which),
     every key and option but C(runtime_type), C(BinaryName), C(runtime_engine) and C(runtime_root),
     as C(nvidia-ctk runtime configure) does; the differences and the refusals of plain containerd (C(cri_disabled),
-    C(config_version_1), C(runtime_not_loaded), C(external_runtime)) and the C(cgroup_driver_mismatch) warning are in the
-    collection's docs/plain-containerd.md."
+    C(config_version_1), C(runtime_not_loaded), C(runtimes_replaced), C(external_runtime)) and the
+    C(cgroup_driver_mismatch) warning are in the collection's docs/plain-containerd.md."
   - When nothing is missing nothing is written, and a drop-in or template this module created earlier and
     no longer needs is removed.
 requirements:

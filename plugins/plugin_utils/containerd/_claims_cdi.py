@@ -17,15 +17,14 @@ PRIVATE to the collection. Controller side, no I/O."""
 from __future__ import annotations
 
 import re
-import tomllib
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils._errors import K3sGpuError, several
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _layers as config_layers
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _template_check as template_check
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
 
 # where NVIDIA's DRA driver writes the CDI spec of each prepared claim (/run/cdi is the same directory)
 CLAIM_CDI_DIR = "/var/run/cdi"
@@ -34,8 +33,7 @@ _SAME_DIRS = (CLAIM_CDI_DIR, "/run/cdi")
 CDI_OFF = "cdi_off_for_claims"
 CDI_DIR = "cdi_dir_for_claims"
 
-# (path, the text whose lines are named, its TOML as containerd reads it)
-Layer = Tuple[str, Optional[str], Mapping[str, Any]]
+Layer = config_layers.Layer
 
 
 def scans_claim_dir(dirs: Sequence[Any]) -> bool:
@@ -58,7 +56,7 @@ def claim_findings(facts: NodeFacts, layers: Sequence[Layer], schema: int,
                    explicit_only: bool = False) -> List[Tuple[str, Any]]:
     """[(path, template_check.Finding)] for CDI off and for cdi_spec_dirs without /var/run/cdi, each at the last layer
     that sets it (containerd merges each layer over the ones before)."""
-    enable, dirs, last = _effective(layers, distro.cri_table(schema), bool(facts.profile.get("dropin_deep_merge", True)))
+    enable, dirs, last = _effective(layers, distro.cri_table(schema), config_layers.deep_merge_of(facts))
     found = []
     on = enable[2] if enable is not None else (None if explicit_only else bool(facts.profile.get("cdi_default_on")))
     if on is False:
@@ -84,49 +82,6 @@ def claim_findings(facts: NodeFacts, layers: Sequence[Layer], schema: int,
     return found
 
 
-def layers_after(facts: NodeFacts, plan: Any, after: Optional[str]) -> List[Layer]:
-    """What containerd loads once the plan's target text (after) is written: the root config or the render of the
-    user's template (k3s/rke2: their base where there is none), then the drop-ins of the import directory in order."""
-    target = plan.target
-    layers: List[Layer] = []
-    if facts.distribution == distro.CONTAINERD:
-        root = after if target["mode"] == planner.MODE_CONFIG else (facts.files.get("config") or {}).get("content")
-        path = (facts.files.get("config") or {}).get("path") or target["path"]
-        _add_toml(layers, path, root)
-        directory = facts.paths.get("dropin_dir") or ""
-        if not directory or not planner.imports_dir(root, directory.rstrip("/").rsplit("/", 1)[-1]):
-            return layers  # containerd reads no drop-in the root config does not import
-    else:
-        schema = target["schema"] if plan.template_schema is None else plan.template_schema
-        key = target.get("template")
-        info = facts.files.get(key) if key else None
-        if key == target["key"]:
-            text = after
-        else:
-            text = info.get("content") if info and info.get("state") == "file" else None
-        if text is not None:
-            try:
-                rendered = template_check.render(text, facts, schema, default_runtime=plan.default_flag)
-                layers.append(((info or {}).get("path") or target["path"], text, toml.loads(rendered)))
-            except (tomllib.TOMLDecodeError, K3sGpuError):
-                pass  # the template check refuses it with its line
-        elif plan.base is not None:
-            layers.append(("the base template of %s %s" % (facts.distribution, facts.release), None,
-                           plan.base.document()))
-        if not facts.profile.get("dropin_imports"):
-            return layers
-        directory = facts.paths.get("dropin_dir_v3" if target["schema"] >= 3 else "dropin_dir_v2")
-        if not directory:
-            return layers
-    dropins = [(d.get("path") or "", d.get("content")) for d in facts.other_dropins
-               if (d.get("path") or "").startswith(directory.rstrip("/") + "/")]
-    if target["mode"] == planner.MODE_DROPIN and after is not None:
-        dropins.append((target["path"], after))
-    for path, text in sorted(dropins, key=lambda item: item[0].rsplit("/", 1)[-1]):
-        _add_toml(layers, path, text)
-    return layers
-
-
 def refusal_now(facts: NodeFacts) -> Optional[K3sGpuError]:
     """refusal() for the node as it is now (before the role's toolkit install): only what a file sets, nothing of ours
     added. None also where no target can be chosen (containerd_runtimes names why, with its own options)."""
@@ -134,53 +89,29 @@ def refusal_now(facts: NodeFacts) -> Optional[K3sGpuError]:
         target = planner.select_target(facts.reading)
     except K3sGpuError:
         return None
-    layers = layers_after(facts, _Now(target, facts), (facts.files.get(target["key"]) or {}).get("content"))
-    return refusal(facts, layers, target["schema"], explicit_only=True)
+    current = (facts.files.get(target["key"]) or {}).get("content")
+    now = config_layers.compose(facts, config_layers.Where.now(facts, target), current)
+    return refusal(facts, now, target["schema"], explicit_only=True)
 
 
-class _Now:
-    """The fields of an EditPlan layers_after reads, for the node as it is (no edit planned)."""
-
-    def __init__(self, target, facts):
-        self.target, self.template_schema, self.default_flag = target, None, facts.default_runtime
-        self.base = None if facts.distribution == distro.CONTAINERD else template_check.node_base(
-            facts, facts.profile, target["schema"], list(facts.release_runtimes), facts.default_runtime)
-
-
-def _add_toml(layers, path, text):
-    if not text:
-        return
-    try:
-        layers.append((path, text, toml.loads(text)))
-    except tomllib.TOMLDecodeError:
-        pass  # containerd refuses it at start whatever this task does; refused elsewhere with its line
-
-
-def _effective(layers, key_path, deep):
+def _effective(found_layers, key_path, deep):
     """((path, text, value) of enable_cdi, of cdi_spec_dirs, None where no layer sets it; the path of the last layer
-    that has the plugin's table, else of the first layer) as containerd merges the layers: from 2.1 a later layer's
-    keys go over the earlier ones' (deep); before, a layer that has the plugin's table replaces the whole table, so a
-    key only an earlier layer set is back at containerd's default."""
+    that has the plugin's table, else of the first layer) as containerd merges the layers (_layers.merged): where not
+    deep, a layer that has the plugin's table replaces the whole table, so a key only an earlier layer set is back at
+    containerd's default."""
     settings: dict = {}
-    last = layers[0][0] if layers else ""
-    for path, text, document in layers:
-        table = _table(document, key_path)
-        if not table and _table(document, key_path[:-1]).get(key_path[-1]) is None:
+    last = found_layers[0][0] if found_layers else ""
+    for path, text, document in found_layers:
+        if not config_layers.touches(document, key_path):
             continue  # this layer does not touch the plugin
         last = path
         if not deep:
             settings = {}
+        table = config_layers.table(document, key_path)
         for key in ("enable_cdi", "cdi_spec_dirs"):
             if key in table:
                 settings[key] = (path, text, table[key])
     return settings.get("enable_cdi"), settings.get("cdi_spec_dirs"), last
-
-
-def _table(document, key_path):
-    table = document
-    for part in key_path:
-        table = table.get(part) if isinstance(table, Mapping) else None
-    return table if isinstance(table, Mapping) else {}
 
 
 def _line_of(text, key):

@@ -17,9 +17,9 @@ from typing import Any, Mapping, Optional, Tuple
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _plan as planner
-from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _merge as merge
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rules as release_rules
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _layers as config_layers
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_reading as node_reading
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _template_check as template_check
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
@@ -60,7 +60,8 @@ def decide(facts: NodeFacts, params: Mapping[str, Any], check_cache: Any = None)
         release_tables=_release_tables(facts, target, base),
         base_included=target["mode"] == planner.MODE_TEMPLATE and planner.template_includes_base(facts.reading, target))
     if target["mode"] == planner.MODE_DROPIN:
-        decided["inherited"] = _layered_default_runtime(facts, target, base, [r["name"] for r in write])
+        where = config_layers.Where(target, decided["template_schema"], default_flag, base)
+        decided["inherited"] = _layered_default_runtime(facts, where, [r["name"] for r in write])
     decided["settings_added"] = _settings_added(facts, target)
     return EditPlan.of(planned, **decided)
 
@@ -117,40 +118,22 @@ def _release_tables(facts, target, base):
     return result
 
 
-def _layered_default_runtime(facts, target, base, written):
-    """The default runtime's table as containerd sees it around our drop-in: the root config (plain containerd) or the
-    base k3s renders with the user's template (k3s/rke2), then every other drop-in of the directory in import order.
-    A drop-in or template that makes another runtime the default is followed (nvidia-ctk's rule)."""
-    layers = []
-    if facts.distribution == distro.CONTAINERD:
-        config = facts.files.get("config") or {}
-        if config.get("state") == "file" and config.get("content") is not None:
-            try:
-                layers.append(toml.loads(config["content"]))
-            except tomllib.TOMLDecodeError as exc:
-                raise K3sGpuError(
-                    "%s: %s [toml_invalid]: containerd cannot load it either" % (config["path"], exc),
-                    fix="fix that line; nothing was written")
-    else:
-        layers.append(base.document())
-        template = facts.files.get(target.get("template") or "") or {}
-        if template.get("content"):
-            try:
-                layers.append(toml.loads(toml.mask_template(template["content"], template["path"])[0]))
-            except (tomllib.TOMLDecodeError, K3sGpuError):
-                pass  # the template check names what is wrong with it
-    directory = target["path"].rsplit("/", 1)[0] + "/"
-    for info in facts.other_dropins:
-        if info.get("path", "").startswith(directory) and info.get("content") is not None:
-            try:
-                layers.append(toml.loads(info["content"]))
-            except tomllib.TOMLDecodeError:
-                continue  # containerd refuses it at start whatever this task does; not a source
-    merged = {}
-    for layer in layers:
-        merged = merge.deep_merge(merged, layer)  # containerd merges each import over what it read before
+def _layered_default_runtime(facts, where, written):
+    """The default runtime's table as containerd sees it around our drop-in (_layers: the root config or what k3s
+    renders from the user's template or its base, then every other drop-in of the directory in import order, merged as
+    the node's containerd merges them). A drop-in or template that makes another runtime the default is followed
+    (nvidia-ctk's rule)."""
+    config = facts.files.get("config") or {}
+    if facts.distribution == distro.CONTAINERD and config.get("state") == "file" and config.get("content") is not None:
+        try:
+            toml.loads(config["content"])
+        except tomllib.TOMLDecodeError as exc:
+            raise K3sGpuError(
+                "%s: %s [toml_invalid]: containerd cannot load it either" % (config["path"], exc),
+                fix="fix that line; nothing was written") from exc
+    merged = config_layers.merged(config_layers.compose(facts, where, None), config_layers.deep_merge_of(facts))
     own = set(written) | set(name for name, _binary in distro.NVIDIA_RUNTIMES)
-    return toml.inherited_runtime(merged, target["schema"], own)
+    return toml.inherited_runtime(merged, where.target["schema"], own)
 
 
 def _flag_default_runtime(facts, planned):

@@ -23,6 +23,7 @@ from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils import _release_rul
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils._node_facts import NodeFacts
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _bookkeeping as bookkeeping
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _claims_cdi as claims_cdi
+from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _layers as config_layers
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _node_reading as node_reading
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _template_check as template_check
 from ansible_collections.k3s_gpu.nvidia.plugins.plugin_utils.containerd import _toml as toml
@@ -50,8 +51,11 @@ def render(facts: NodeFacts, plan: EditPlan, params: Mapping[str, Any], own_file
                                checked_after=in_template and facts.distribution != distro.CONTAINERD)
     after = applied.text
     verdict = _dropin_on_target(plan, _check_rendered(facts, plan, after, check_cache) or plan.verdict)
-    if params.get("allocation") == k8s_labels.ALLOCATION_DRA and plan.state == "present":
-        refused = claims_cdi.refusal(facts, claims_cdi.layers_after(facts, plan, after), target["schema"])
+    if plan.state == "present":
+        where = config_layers.Where.of_plan(plan)
+        refused = config_layers.replaced_runtimes(facts, where, after, plan.write)
+        if refused is None and params.get("allocation") == k8s_labels.ALLOCATION_DRA:
+            refused = claims_cdi.refusal(facts, config_layers.compose(facts, where, after), target["schema"])
         if refused:
             raise refused
     notes = list(plan.notes) + list(applied.notes)

@@ -66,6 +66,9 @@ CODES = {
     "wrong_schema_path": (WARN, "a table under a plugin path of the other config schema: containerd ignores it"),
     "no_base": (WARN, "the template does not include {{ template \"base\" . }}: k3s's own settings are not rendered"),
     "action_in_comment": (WARN, "a template action inside a TOML comment: k3s executes it all the same"),
+    # on the config containerd loads, composed from every layer (_layers)
+    "runtimes_replaced": (REFUSE, "containerd before 2.1 replaces the CRI plugin's whole table with a later imported "
+                                  "file's: the runtimes written would not be loaded"),
     # allocation dra only (_claims_cdi): on the config containerd loads, composed from every layer
     "cdi_off_for_claims": (REFUSE, "on a DRA node, what containerd loads turns CDI off: no claim pod can start"),
     "cdi_dir_for_claims": (REFUSE, "on a DRA node, cdi_spec_dirs leaves out /var/run/cdi, where NVIDIA's DRA driver "
@@ -490,14 +493,14 @@ def _parse_checked(text, report, normalize, profile):
 
 
 def render(text: str, facts: NodeFacts, schema: int, detected: Optional[Sequence[Mapping[str, Any]]] = None,
-           default_runtime: Optional[str] = None, profile: Optional[Mapping[str, Any]] = None) -> str:
-    """What k3s renders from text for this node with the typical values (config.toml as text).
-    Raises gotemplate.TemplateError where k3s cannot render it."""
+           default_runtime: Optional[str] = None, profile: Optional[Mapping[str, Any]] = None, base: Any = None) -> str:
+    """What k3s renders from text for this node with the typical values (config.toml as text). base: the caller's
+    node_base, used where it is of this node state. Raises gotemplate.TemplateError where k3s cannot render it."""
     profile = profile or facts.profile
     detected = facts.release_runtimes if detected is None else detected
     template = gotemplate.parse(text, k3s_funcs(profile))
     template.trees.pop("base", None)
-    render_base = _base_external(node_base(facts, profile, schema, detected, default_runtime))
+    render_base = _base_external(_base_of(facts, profile, schema, detected, default_runtime, base))
     execution = gotemplate.Execution(template, {"base": render_base}, FUNC_IMPLS)
     output = gotemplate.Output()
     execution.run("main", node_data(facts, profile, detected, default_runtime), output)
