@@ -65,10 +65,15 @@ def repetition_record(runs, floor_events, noop_events, nodes):
             "modules": events.module_cpu / len(nodes) * 1000,
             # the workers' whole life (fork, task setup, result sent) and their modules
             "children": events.children_cpu / len(nodes) * 1000}
-    record["ratios"] = {"converge_to_floor": runs["converge"].wall_seconds / runs["floor"].wall_seconds,
-                        "noop_to_floor": runs["noop"].wall_seconds / runs["floor"].wall_seconds,
+    # the floor: the mean of the runs right before and right after the no-op, which bracket it
+    floors = [runs[name].wall_seconds for name in ("floor", "floor_after") if name in runs]
+    floor = sum(floors) / len(floors)
+    record["floor"]["bracketed_seconds"] = floor
+    record["floor"]["after_to_before"] = floors[-1] / floors[0]  # how far the machine drifted across the no-op
+    record["ratios"] = {"converge_to_floor": runs["converge"].wall_seconds / floor,
+                        "noop_to_floor": runs["noop"].wall_seconds / floor,
                         # the least a converge of two module executions per changed host could be, and the rest
-                        "bound_to_floor": runs["bound"].wall_seconds / runs["floor"].wall_seconds,
+                        "bound_to_floor": runs["bound"].wall_seconds / floor,
                         "converge_to_bound": runs["converge"].wall_seconds / runs["bound"].wall_seconds}
     return record
 
@@ -114,6 +119,8 @@ def size_summary(size, fleet, repetitions, breakdown, converge_breakdown):
                                       "peak_tree_pss_mib", "peak_forks_pss_mib", "peak_processes")}
         summary[run]["ms_per_host"] = summary[run]["wall_seconds"] / size * 1000
     summary["floor"]["stat_ms_per_host"] = median("floor", "stat_ms_per_host")
+    summary["floor"]["after_to_before"] = median("floor", "after_to_before")
+    summary["floor"]["bracketed_seconds"] = median("floor", "bracketed_seconds")
     summary["noop"]["startup_seconds"] = median("noop", "startup_seconds")
     summary["noop"]["tasks_seconds"] = median("noop", "tasks_seconds")
     summary["noop"]["changed_results"] = max(record["noop"]["changed_results"] for record in repetitions)
@@ -156,21 +163,23 @@ def _header(summaries, settings):
         " ".join(str(summary["hosts"]) for summary in summaries), settings["forks"], settings["reps"],
         collection["commit"], " with uncommitted changes" if collection["uncommitted_changes"] else "",
         settings["versions"]),
-        "Every figure is the median of %d repetition(s); in each repetition the floor, the bound, the converge "
-        "and the no-op run follow each other on a freshly built fleet, and the ratios are medians of the "
-        "per-repetition ratios." % settings["reps"]]
+        "Every figure is the median of %d repetition(s); in each repetition the bound, the converge, the floor, "
+        "the no-op run and the floor again follow each other on a freshly built fleet; a ratio's floor is the mean "
+        "of the two floors that bracket the no-op, and the ratios are medians of the per-repetition ratios." % (
+            settings["reps"])]
 
 
 def _wall_table(summaries):
-    out = ["| hosts | GPU hosts | clusters | floor | bound | converge | no-op | bound / floor | converge / floor "
-           "| converge / bound | no-op / floor | converge per host | no-op per host |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| hosts | GPU hosts | clusters | floor | floor after / before | bound | converge | no-op | bound / floor "
+           "| converge / floor | converge / bound | no-op / floor | converge per host | no-op per host |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for summary in summaries:
         ratios = summary["ratios"]
-        out.append("| %d | %d | %d | %.1f s | %.1f s | %.1f s | %.1f s | %.2fx | %.2fx | %.2fx | **%.2fx** | %.0f ms "
-                   "| %.0f ms |" % (
+        out.append("| %d | %d | %d | %.1f s | %.2fx | %.1f s | %.1f s | %.1f s | %.2fx | %.2fx | %.2fx | **%.2fx** "
+                   "| %.0f ms | %.0f ms |" % (
                        summary["hosts"], summary["fleet"]["gpu_hosts"], summary["fleet"]["clusters"],
-                       summary["floor"]["wall_seconds"], summary["bound"]["wall_seconds"],
+                       summary["floor"]["bracketed_seconds"], summary["floor"]["after_to_before"],
+                       summary["bound"]["wall_seconds"],
                        summary["converge"]["wall_seconds"], summary["noop"]["wall_seconds"], ratios["bound_to_floor"],
                        ratios["converge_to_floor"], ratios["converge_to_bound"], ratios["noop_to_floor"],
                        summary["converge"]["ms_per_host"], summary["noop"]["ms_per_host"]))
