@@ -285,7 +285,7 @@ def _key_line_re(key):
     return re.compile(r"^(\s*)(%s|\"%s\"|'%s')\s*=.*$" % ((re.escape(key),) * 3))
 
 
-# as plugin_utils/_toml._get: the oracle imports nothing of the engine it checks (docs/architecture-duplicates.md)
+# as plugin_utils/containerd/_toml.value_at: the oracle imports nothing of the engine it checks (docs/architecture-duplicates.md)
 def _get(data, path):
     for key in path:
         if not isinstance(data, dict) or key not in data:

@@ -56,7 +56,9 @@ def claim_findings(facts: NodeFacts, layers: Sequence[Layer], schema: int,
                    explicit_only: bool = False) -> List[Tuple[str, Any]]:
     """[(path, template_check.Finding)] for CDI off and for cdi_spec_dirs without /var/run/cdi, each at the last layer
     that sets it (containerd merges each layer over the ones before)."""
-    enable, dirs, last = _effective(layers, distro.cri_table(schema), config_layers.deep_merge_of(facts))
+    settings, last = config_layers.origins(layers, distro.cri_table(schema), ("enable_cdi", "cdi_spec_dirs"),
+                                           config_layers.deep_merge_of(facts))
+    enable, dirs = settings.get("enable_cdi"), settings.get("cdi_spec_dirs")
     found = []
     on = enable[2] if enable is not None else (None if explicit_only else bool(facts.profile.get("cdi_default_on")))
     if on is False:
@@ -92,26 +94,6 @@ def refusal_now(facts: NodeFacts) -> Optional[K3sGpuError]:
     current = (facts.files.get(target["key"]) or {}).get("content")
     now = config_layers.compose(facts, config_layers.Where.now(facts, target), current)
     return refusal(facts, now, target["schema"], explicit_only=True)
-
-
-def _effective(found_layers, key_path, deep):
-    """((path, text, value) of enable_cdi, of cdi_spec_dirs, None where no layer sets it; the path of the last layer
-    that has the plugin's table, else of the first layer) as containerd merges the layers (_layers.merged): where not
-    deep, a layer that has the plugin's table replaces the whole table, so a key only an earlier layer set is back at
-    containerd's default."""
-    settings: dict = {}
-    last = found_layers[0][0] if found_layers else ""
-    for path, text, document in found_layers:
-        if not config_layers.touches(document, key_path):
-            continue  # this layer does not touch the plugin
-        last = path
-        if not deep:
-            settings = {}
-        table = config_layers.table(document, key_path)
-        for key in ("enable_cdi", "cdi_spec_dirs"):
-            if key in table:
-                settings[key] = (path, text, table[key])
-    return settings.get("enable_cdi"), settings.get("cdi_spec_dirs"), last
 
 
 def _line_of(text, key):

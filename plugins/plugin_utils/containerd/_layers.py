@@ -131,6 +131,27 @@ def merged(layers: Sequence[Layer], deep: bool) -> Dict[str, Any]:
     return result
 
 
+def origins(layers: Sequence[Layer], plugin_path: Sequence[str], keys: Sequence[str],
+            deep: bool) -> Tuple[Dict[str, Tuple[str, Optional[str], Any]], str]:
+    """Which layer gives each of keys of a plugin's table (plugin_path: ("plugins", id)) in merged(layers, deep):
+    {key: (path, text, value)} for the keys some layer sets, and the path of the last layer that has the plugin's
+    table (else the first layer's). Where not deep, a layer with the plugin's table replaces it whole, so a key only
+    an earlier layer set is back at containerd's default (absent here)."""
+    found: Dict[str, Tuple[str, Optional[str], Any]] = {}
+    last = layers[0][0] if layers else ""
+    for path, text, document in layers:
+        if not touches(document, plugin_path):
+            continue
+        last = path
+        if not deep:
+            found = {}
+        plugin = table(document, plugin_path)
+        for key in keys:
+            if key in plugin:
+                found[key] = (path, text, plugin[key])
+    return found, last
+
+
 def replaced_runtimes(facts: NodeFacts, where: Where, after: Optional[str],
                       runtimes: Sequence[Mapping[str, Any]]) -> Optional[K3sGpuError]:
     """Why containerd would not load the runtimes ({name, binary}) the edit writes into the target's text (after), None
@@ -178,9 +199,7 @@ def touches(document: Mapping[str, Any], key_path: Sequence[str]) -> bool:
 
 def table(document: Mapping[str, Any], key_path: Sequence[str]) -> Mapping[str, Any]:
     """The table at key_path ({} where there is none)."""
-    found: Any = document
-    for part in key_path:
-        found = found.get(part) if isinstance(found, Mapping) else None
+    found = toml.value_at(document, key_path)
     return found if isinstance(found, Mapping) else {}
 
 

@@ -669,7 +669,7 @@ _BASE_SETTINGS = tuple(label for _v2, _v3, label in _LOST)
 
 
 def _is_set(data, path):
-    return any(toml._get(data, path[:-1] + (last,)) is not None for last in path[-1].split("|"))
+    return any(toml.value_at(data, path[:-1] + (last,)) is not None for last in path[-1].split("|"))
 
 
 def _lost_settings(text, schema):
@@ -850,7 +850,7 @@ def _duplicate_fix(path, schema, profile):
 def _registry(data, tables, schema, user_line, note):
     path = (("plugins", "io.containerd.cri.v1.images", "registry") if schema >= 3
             else ("plugins", "io.containerd.grpc.v1.cri", "registry"))
-    registry = toml._get(data, path)
+    registry = toml.value_at(data, path)
     if not isinstance(registry, dict) or not registry.get("config_path"):
         return []
     bad = []

@@ -274,7 +274,7 @@ def inherited_runtime(data: Mapping[str, Any], schema: int, own: Collection[str]
     default_runtime_name names (runc's when unset, when that runtime is not a runc shim, or when it is
     one of the runtimes this module writes, `own`: a second run must not copy one NVIDIA runtime into
     the others), every runtime-level key and every option but BinaryName. None without such a table."""
-    containerd = _get(data, distro.containerd_table(schema))
+    containerd = value_at(data, distro.containerd_table(schema))
     runtimes = containerd.get("runtimes") if isinstance(containerd, dict) else None
     if not isinstance(runtimes, dict):
         return None
@@ -318,7 +318,8 @@ def render_runtime_blocks(schema: int, runtimes: Iterable[Mapping[str, Any]], sy
 
 # --- reading values -------------------------------------------------------------------------------
 
-def _get(data, path):
+def value_at(data, path):
+    """The value at a key path of parsed TOML (None where a key is missing or a step is not a table)."""
     for key in path:
         if not isinstance(data, dict) or key not in data:
             return None
@@ -328,7 +329,7 @@ def _get(data, path):
 
 def containerd_section(data: Mapping[str, Any], schema: int) -> Optional[Dict[str, Any]]:
     """The CRI plugin's `containerd` table of a parsed config (runtimes, default_runtime_name), or None."""
-    section = _get(data, distro.containerd_table(schema))
+    section = value_at(data, distro.containerd_table(schema))
     return section if isinstance(section, dict) else None
 
 
@@ -417,7 +418,7 @@ def _remove_table_ranges(edit, tables, path, file_path):
 
 def _set_key(edit, tables, data, table_path, key, value, file_path):
     """Set `key = value` in a table: edit its line in place, else add the line (or the table at the end)."""
-    current = _get(data, table_path + (key,))
+    current = value_at(data, table_path + (key,))
     if _same(current, value):
         return False
     rendered = render_table(table_path, {key: value})
@@ -564,7 +565,7 @@ def _drop_tables_base_emits(edit, lines, data, tables, reserved, plan, schema, f
         handled.add(name)
         path = distro.runtime_table(schema, name)
         ranges = _ranges_of(tables, path)
-        differs = _differences(_get(data, path), renders[name])
+        differs = _differences(value_at(data, path), renders[name])
         if (created_by_us or not differs) and _written_by_us(lines, data, ranges):
             # a block this module wrote while the release did not detect the runtime: it renders the same now
             for found in ranges:
@@ -632,7 +633,7 @@ def users_runtimes(text: str, schema: int, is_template: bool, file_path: str, na
     found = {}
     for name in names:
         path = distro.runtime_table(schema, name)
-        binary = _get(data, path + ("options", "BinaryName"))
+        binary = value_at(data, path + ("options", "BinaryName"))
         if isinstance(binary, str) and binary and binary.rsplit("/", 1)[-1] not in _NVIDIA_BINARIES:
             found[name] = binary
     return found
@@ -649,7 +650,7 @@ def _only_our_setting(lines, data, table, plan, created_by_us):
     earlier run left where the base now emits the table (the default runtime moved to k3s's default-runtime). Only in a
     file this module created, or in a user's file whose text before the collection's first edit lacks those settings
     (plan.settings_added), or where the setting moves to config.yaml unchanged: a user's own default stays refused."""
-    values = _get(data, table.path)
+    values = value_at(data, table.path)
     if table.array or not isinstance(values, dict):
         return False
     values = dict((k, v) for k, v in values.items() if not isinstance(v, dict))  # sub-tables have headers of their own
@@ -674,7 +675,7 @@ def _written_by_us(lines, data, ranges):
     if not ranges or len(ranges) > 2:
         return False
     for found in ranges:
-        values = _get(data, found.path)
+        values = value_at(data, found.path)
         if not isinstance(values, dict):
             return False
         plain = dict((k, v) for k, v in values.items() if not isinstance(v, dict))
@@ -689,13 +690,13 @@ def _written_by_us(lines, data, ranges):
 def _edit_absent(edit, data, tables, plan, schema, file_path):
     for name in dict.fromkeys(plan.remove):  # each name once, in order
         path = distro.runtime_table(schema, name)
-        if _get(data, path) is not None:
+        if value_at(data, path) is not None:
             if not _ranges_of(tables, path):
                 raise K3sGpuError(
                     "%s: runtime %s is defined with dotted keys or inline tables" % (file_path, name),
                     fix="remove it by hand")
             _remove_table_ranges(edit, tables, path, file_path)
-    default_name = _get(data, distro.containerd_table(schema) + ("default_runtime_name",))
+    default_name = value_at(data, distro.containerd_table(schema) + ("default_runtime_name",))
     if default_name in plan.remove:
         _drop_key(edit, tables, distro.containerd_table(schema), "default_runtime_name")
 
@@ -715,7 +716,7 @@ def _edit_present(edit, lines, data, tables, originals, plan, profile, created_b
         # (toolkit removed, operator mode) would point containerd at a missing file
         wanted_names = set(plan.written_names) | set(removed_for_base)
         stale = [name for name, _binary in distro.NVIDIA_RUNTIMES if name not in wanted_names
-                 and _get(data, distro.runtime_table(schema, name)) is not None
+                 and value_at(data, distro.runtime_table(schema, name)) is not None
                  and _ranges_of(tables, distro.runtime_table(schema, name))]
         for name in stale:
             _remove_table_ranges(edit, tables, distro.runtime_table(schema, name), file_path)
@@ -723,7 +724,7 @@ def _edit_present(edit, lines, data, tables, originals, plan, profile, created_b
     templated = _templated_keys(lines, tables, originals) if originals else set()
     for runtime in plan.write:
         items = runtime_items(schema, runtime, systemd_default, inherited)
-        if _get(data, items[0][0]) is None:
+        if value_at(data, items[0][0]) is None:
             blocks.extend(items)
         else:
             said.warnings.extend(_update_runtime(edit, lines, data, tables, templated, runtime, items, file_path, plan,
@@ -756,17 +757,17 @@ def _update_runtime(edit, lines, data, tables, templated, runtime, items, file_p
         enforced = set(_ENFORCED_KEYS) | set(runtime.get("options") or {})
         if runtime.get("systemd_cgroup") is not None:
             enforced.add("SystemdCgroup")
-        items = [(p, dict((k, v) for k, v in values.items() if k in enforced or _get(data, p + (k,)) is None))
+        items = [(p, dict((k, v) for k, v in values.items() if k in enforced or value_at(data, p + (k,)) is None))
                  for p, values in items]
     # a key the template sets with an action (`SystemdCgroup = {{ .SystemdCgroup }}`) is the user's:
     # k3s renders it, so it is neither compared nor set a second time
     items = [(p, dict((k, v) for k, v in values.items() if (p, k) not in templated)) for p, values in items]
-    if all(_get(data, p) is not None and all(_same(_get(data, p + (k,)), v) for k, v in values.items())
+    if all(value_at(data, p) is not None and all(_same(value_at(data, p + (k,)), v) for k, v in values.items())
            for p, values in items):
         return []
-    changed = ["%s %s \u2192 %s" % (key, _value_text(_get(data, p + (key,))), _value_text(value))
+    changed = ["%s %s \u2192 %s" % (key, _value_text(value_at(data, p + (key,))), _value_text(value))
                for p, values in items for key, value in values.items()
-               if _get(data, p + (key,)) is not None and not _same(_get(data, p + (key,)), value)]
+               if value_at(data, p + (key,)) is not None and not _same(value_at(data, p + (key,)), value)]
     warnings = []
     if changed and not ours:
         warnings.append(
@@ -784,7 +785,7 @@ def _update_runtime(edit, lines, data, tables, templated, runtime, items, file_p
         if any(t.path == table_path for t in tables):
             for key, value in values.items():
                 _set_key(edit, tables, data, table_path, key, value, file_path)
-        elif _get(data, table_path) is None:
+        elif value_at(data, table_path) is None:
             edit.insert(runtime_tables[0].content_end, render_table(table_path, values))
         else:
             raise K3sGpuError(
@@ -811,8 +812,8 @@ def check_plain_result(text: Optional[str], plan: EditPlan, file_path: str, sche
     if disabled:
         problems.append("disabled_plugins turns off the CRI plugin (%s)" % disabled[0])
     for runtime in plan.write:
-        table = _get(data, distro.runtime_table(schema, runtime["name"]))
-        binary = _get(table, ("options", "BinaryName")) if isinstance(table, dict) else None
+        table = value_at(data, distro.runtime_table(schema, runtime["name"]))
+        binary = value_at(table, ("options", "BinaryName")) if isinstance(table, dict) else None
         if binary != runtime["binary"]:
             problems.append("runtime %s is not where version %d reads runtimes ([%s])" % (
                 runtime["name"], schema, _key_text(distro.runtime_table(schema, runtime["name"]))))
@@ -867,7 +868,7 @@ def _drop_key(edit, tables, table_path, key):
 
 
 def _runc_systemd_cgroup(data, schema):
-    value = _get(data, distro.runtime_table(schema, "runc") + ("options", "SystemdCgroup"))
+    value = value_at(data, distro.runtime_table(schema, "runc") + ("options", "SystemdCgroup"))
     return bool(value) if value is not None else False
 
 
@@ -877,7 +878,7 @@ def _ensure_runc(edit, data, schema, systemd_default):
     Without it the CRI plugin fails when runc is the default runtime, and pods that ask for
     the runc handler fail in every case. Returns the note that says so (none when runc is there).
     """
-    if _get(data, distro.runtime_table(schema, "runc")) is not None:
+    if value_at(data, distro.runtime_table(schema, "runc")) is not None:
         return []
     runc = {"name": "runc", "binary": None, "runtime_type": distro.RUNC_V2, "options": {}, "systemd_cgroup": systemd_default}
     items = runtime_items(schema, runc, systemd_default)

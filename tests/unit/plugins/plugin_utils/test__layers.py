@@ -53,6 +53,23 @@ def test_a_later_layer_merges_key_by_key_where_deep_and_replaces_the_plugins_tab
     assert root[2]["plugins"][V2_PLUGIN]["enable_cdi"] is True  # the layers themselves are left as they were
 
 
+def test_origins_name_the_layer_each_key_comes_from_as_merged_says():
+    plugin = ("plugins", V2_PLUGIN)
+    root = ("root", "r", {"plugins": {V2_PLUGIN: {"enable_cdi": True, "cdi_spec_dirs": ["/etc/cdi"]}}})
+    other = ("other", "o", {"plugins": {"io.containerd.grpc.v1.other": {"enable_cdi": False}}})
+    dropin = ("dropin", "d", {"plugins": {V2_PLUGIN: {"enable_cdi": False}}})
+    keys = ("enable_cdi", "cdi_spec_dirs")
+    for deep in (True, False):
+        found, last = layers.origins([root, other, dropin], plugin, keys, deep)
+        table = layers.table(layers.merged([root, other, dropin], deep), plugin)
+        assert dict((key, value[2]) for key, value in found.items()) == dict(
+            (key, table[key]) for key in keys if key in table)
+        assert found["enable_cdi"][:2] == ("dropin", "d") and last == "dropin"
+        assert ("cdi_spec_dirs" in found) is deep  # before 2.1 the drop-in's table replaced the root's
+    assert layers.origins([root, other], plugin, keys, False)[1] == "root"
+    assert layers.origins([], plugin, keys, True) == ({}, "")
+
+
 def test_touches_counts_an_empty_plugin_table():
     assert layers.touches({"plugins": {V2_PLUGIN: {}}}, ("plugins", V2_PLUGIN))
     assert not layers.touches({"plugins": {"io.containerd.grpc.v1.other": {"a": 1}}}, ("plugins", V2_PLUGIN))
