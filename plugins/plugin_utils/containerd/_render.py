@@ -13,7 +13,6 @@ PRIVATE to the collection. Controller side, no I/O."""
 
 from __future__ import annotations
 
-import tomllib
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 from ansible_collections.k3s_gpu.nvidia.plugins.module_utils import _distro as distro
@@ -190,25 +189,15 @@ def _dropin_on_target(plan, verdict):
     return verdict.with_upgrade_finding(finding.as_dict(), finding.text(target["path"]))
 
 
-def _effective_runtimes(facts, target, after):
-    """(config path, default runtime name, {name: runtime table}) as containerd reads the root config and our
-    drop-in after this write (a drop-in's runtime tables and default_runtime_name win over the root's)."""
-    config = facts.files.get("config") or {}
-    root_text = after if target["mode"] == planner.MODE_CONFIG else config.get("content")
-    layers = [root_text] + ([after] if target["mode"] == planner.MODE_DROPIN else [])
-    default, runtimes = None, {}
-    for text in layers:
-        if not text:
-            continue
-        try:
-            containerd = toml.containerd_section(toml.loads(text), target["schema"])
-        except tomllib.TOMLDecodeError:
-            continue  # refused elsewhere with the line
-        if containerd is None:
-            continue
-        default = containerd.get("default_runtime_name") or default
-        runtimes.update((name, table) for name, table in (containerd.get("runtimes") or {}).items() if isinstance(table, dict))
-    return config.get("path") or target["path"], default or "runc", runtimes
+def _effective_runtimes(facts, plan, after):
+    """(config path, default runtime name, {name: runtime table}) as containerd loads its layers after this write
+    (_layers: the root config, then the drop-ins it imports, merged as the node's containerd line merges them)."""
+    where = config_layers.Where.of_plan(plan)
+    loaded = config_layers.merged(config_layers.compose(facts, where, after), config_layers.deep_merge_of(facts))
+    containerd = toml.containerd_section(loaded, plan.target["schema"]) or {}
+    runtimes = dict((name, table) for name, table in (containerd.get("runtimes") or {}).items() if isinstance(table, dict))
+    return ((facts.files.get("config") or {}).get("path") or plan.target["path"],
+            containerd.get("default_runtime_name") or "runc", runtimes)
 
 
 def _cgroup_driver_mismatch(facts, plan, after):
@@ -219,7 +208,7 @@ def _cgroup_driver_mismatch(facts, plan, after):
     driver = (kubelet.get("cgroup_driver") or "").strip().lower()
     if driver not in ("systemd", "cgroupfs"):
         return None, []
-    path, default, runtimes = _effective_runtimes(facts, plan.target, after)
+    path, default, runtimes = _effective_runtimes(facts, plan, after)
     names = [default] + sorted(name for name in plan.written_names if name != default)
     wanted = driver == "systemd"
     effective = dict((name, bool((runtimes[name].get("options") or {}).get("SystemdCgroup", False)))

@@ -235,10 +235,7 @@ def _cri_setting(facts, key):
     except ValueError:
         return None
     for schema in (3, 2):
-        path = distro.cri_table(schema)
-        table = data
-        for part in path:
-            table = table.get(part) if isinstance(table, dict) else None
+        table = toml.value_at(data, distro.cri_table(schema))
         if isinstance(table, dict) and key in table:
             return table[key]
     return None

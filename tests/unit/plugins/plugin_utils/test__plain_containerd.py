@@ -248,6 +248,22 @@ def test_user_systemd_cgroup_fixes_the_nvidia_runtimes_but_runc_is_still_named(s
     assert plan["cgroup_driver_mismatch"]["systemd_cgroup"] == {"runc": False, "nvidia": True}
 
 
+def test_a_users_dropin_that_sets_systemd_cgroup_counts_where_containerd_merges_it(sandbox):
+    # the root config has runc on cgroupfs, a drop-in of the user's moves it to systemd: containerd 2.1 loads the
+    # drop-in over the root key by key, so the kubelet's systemd driver agrees with what containerd runs
+    sandbox.write(KUBELET, KUBEADM_KUBELET % "systemd")
+    sandbox.write("/etc/containerd/conf.d/10-site.toml", (
+        "version = 3\n[%(t)s.runtimes.runc.options]\n  SystemdCgroup = true\n") % {"t": V3})
+    root = (RUNC_V3 % {"t": V3, "systemd": "false"}).replace(
+        "version = 3\n", 'version = 3\nimports = ["/etc/containerd/conf.d/*.toml"]\n')
+    plan, _file_changes = run(sandbox, root)
+    assert plan["target"]["mode"] == planner.MODE_DROPIN
+    assert plan["cgroup_driver_mismatch"] is None
+    sandbox.write("/etc/containerd/conf.d/10-site.toml", "version = 3\n")  # the same node without that setting
+    plan, _file_changes = run(sandbox, root)
+    assert plan["cgroup_driver_mismatch"]["runtimes"][0] == "runc"
+
+
 def test_no_kubelet_config_no_warning(sandbox):
     plan, _file_changes = run(sandbox, RUNC_V3 % {"t": V3, "systemd": "false"})
     assert plan["cgroup_driver_mismatch"] is None
